@@ -1,0 +1,35 @@
+// Command skywalker is the SkyWalker cross-region LLM load balancer: the
+// regional proxy, a simulated inference engine, the simulator, the capacity
+// planner and a one-command demo, in one binary. Each subcommand lives in
+// its own file here and only wires flags to the internal packages.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is the software version, overridden at link time with
+// -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "skywalker:", err)
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "skywalker",
+		Short:         "A locality-aware, cross-region load balancer for LLM inference",
+		Version:       version,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newExplainCommand())
+	return root
+}

@@ -1,0 +1,150 @@
+// Package apierr is the closed set of errors SkyWalker returns to clients,
+// each mapped to an HTTP status and rendered in the OpenAI error format:
+//
+//	{"error": {"message": "...", "type": "invalid_request_error", "param": "messages", "code": "invalid_request"}}
+//
+// Every layer (request parsing, the balancer queue, the proxy, the engine
+// server) reports client-visible failures as an *Error so the client gets a
+// status it can act on (400, 404, 413, 429 with Retry-After, 503) and a
+// sentence that says why.
+package apierr
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Code names one kind of client-visible failure. The set is closed: add a
+// code here, with its status, rather than inventing statuses at call sites.
+type Code string
+
+// The codes, each with the HTTP status Status returns for it.
+const (
+	InvalidRequest Code = "invalid_request"     // 400: malformed JSON, wrong types, missing fields
+	BodyTooLarge   Code = "body_too_large"      // 413: body over the configured limit
+	ModelNotFound  Code = "model_not_found"     // 404: no replica serves the requested model
+	NotFound       Code = "not_found"           // 404: unknown path
+	QueueFull      Code = "queue_full"          // 429: the balancer queue is at its bound; retry later
+	QueueTimeout   Code = "queue_timeout"       // 503: held past the request's deadline
+	Unavailable    Code = "service_unavailable" // 503: no healthy replica or eligible region
+	Forbidden      Code = "forbidden"           // 403: an unauthenticated forwarding marker
+	Upstream       Code = "upstream_error"      // 502: the replica or peer failed after retries
+	Internal       Code = "internal_error"      // 500: a bug; never expected
+)
+
+// Error is a client-visible failure. The zero RetryAfter means no hint.
+type Error struct {
+	Code       Code
+	Message    string        // one sentence a client can read
+	Param      string        // the offending field, e.g. "messages[2].content"; may be empty
+	RetryAfter time.Duration // sent as the Retry-After header for 429 and 503
+}
+
+// New returns an *Error with a formatted message.
+func New(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalid returns a 400 error about one parameter.
+func Invalid(param, format string, args ...any) *Error {
+	return &Error{Code: InvalidRequest, Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+func (e *Error) Error() string {
+	if e.Param != "" {
+		return fmt.Sprintf("%s: %s (param %s)", e.Code, e.Message, e.Param)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Status is the HTTP status for the error's code.
+func (e *Error) Status() int {
+	switch e.Code {
+	case InvalidRequest:
+		return http.StatusBadRequest
+	case BodyTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case ModelNotFound, NotFound:
+		return http.StatusNotFound
+	case QueueFull:
+		return http.StatusTooManyRequests
+	case QueueTimeout, Unavailable:
+		return http.StatusServiceUnavailable
+	case Forbidden:
+		return http.StatusForbidden
+	case Upstream:
+		return http.StatusBadGateway
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// Type is the OpenAI error "type" field for the error's code.
+func (e *Error) Type() string {
+	switch e.Status() {
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusForbidden:
+		return "invalid_request_error"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case http.StatusServiceUnavailable, http.StatusBadGateway:
+		return "service_unavailable_error"
+	default:
+		return "server_error"
+	}
+}
+
+// As reports whether err is or wraps an *Error, and returns it.
+func As(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}
+
+// From converts any error into an *Error; errors that are not already
+// client-visible become Internal.
+func From(err error) *Error {
+	if e, ok := As(err); ok {
+		return e
+	}
+	return &Error{Code: Internal, Message: err.Error()}
+}
+
+type body struct {
+	Error bodyError `json:"error"`
+}
+
+type bodyError struct {
+	Message string  `json:"message"`
+	Type    string  `json:"type"`
+	Param   *string `json:"param"`
+	Code    string  `json:"code"`
+}
+
+// JSON renders the OpenAI-style error body.
+func (e *Error) JSON() []byte {
+	b := body{Error: bodyError{Message: e.Message, Type: e.Type(), Code: string(e.Code)}}
+	if e.Param != "" {
+		p := e.Param
+		b.Error.Param = &p
+	}
+	out, _ := json.Marshal(b) // a struct of strings always marshals
+	return out
+}
+
+// Write sends err to the client: status, Retry-After when set, and the JSON
+// body. Errors that are not *Error are sent as 500.
+func Write(w http.ResponseWriter, err error) {
+	e := From(err)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if e.RetryAfter > 0 {
+		secs := int((e.RetryAfter + time.Second - 1) / time.Second)
+		h.Set("Retry-After", strconv.Itoa(secs))
+	}
+	w.WriteHeader(e.Status())
+	_, _ = w.Write(e.JSON())
+}

@@ -1,0 +1,134 @@
+package policy
+
+import (
+	"time"
+
+	"skywalker/internal/request"
+)
+
+// peerFilter says which peers a policy may forward to.
+type peerFilter struct {
+	maxDataAge  time.Duration // older load data means unavailable; 0: no bound
+	respectGate bool          // skip peers whose WAN gate is closed
+	maxRTT      time.Duration // skip peers farther than this; 0: no bound
+}
+
+// eligible reports whether req may be forwarded to p. A forwarded request
+// never goes further (one hop); residency and health always apply.
+func (f peerFilter) eligible(req *request.Request, p *PeerRegion) bool {
+	switch {
+	case req.Forwarded, !p.Healthy, p.Replicas <= 0, !req.AllowedIn(p.Jurisdiction):
+		return false
+	case f.maxDataAge > 0 && p.DataAge > f.maxDataAge:
+		return false
+	case f.respectGate && !p.GateOpen:
+		return false
+	case f.maxRTT > 0 && p.RTT > f.maxRTT:
+		return false
+	}
+	return true
+}
+
+// anyHealthy reports whether some replica is healthy.
+func anyHealthy(rs []Replica) bool {
+	for i := range rs {
+		if rs[i].Healthy {
+			return true
+		}
+	}
+	return false
+}
+
+// leastLoaded returns the healthy replica with the smallest Load (ties go
+// to the lower index), restricted to replicas with room if onlyRoom; -1 if
+// there is none.
+func leastLoaded(rs []Replica, onlyRoom bool) int {
+	best := -1
+	for i := range rs {
+		r := &rs[i]
+		if !r.Healthy || (onlyRoom && !r.HasRoom()) {
+			continue
+		}
+		if best < 0 || r.Load() < rs[best].Load() {
+			best = i
+		}
+	}
+	return best
+}
+
+// pickByPrefix is the in-region choice: among healthy replicas (with room,
+// if onlyRoom) whose load is within margin requests of the least loaded,
+// the one holding the longest prefix of the request; ties go to the lesser
+// load, then the lower index. Bounding the margin keeps a popular prefix
+// from piling every request onto one replica. Returns -1 if none qualifies.
+func pickByPrefix(rs []Replica, margin int, onlyRoom bool) (int, Reason) {
+	least := leastLoaded(rs, onlyRoom)
+	if least < 0 {
+		return -1, ReasonBusy
+	}
+	limit := rs[least].Load() + margin
+	best := least
+	for i := range rs {
+		r := &rs[i]
+		if !r.Healthy || (onlyRoom && !r.HasRoom()) || r.Load() > limit {
+			continue
+		}
+		b := &rs[best]
+		if r.PrefixBlocks > b.PrefixBlocks || (r.PrefixBlocks == b.PrefixBlocks && r.Load() < b.Load()) {
+			best = i
+		}
+	}
+	if rs[best].PrefixBlocks > 0 {
+		return best, ReasonPrefix
+	}
+	return best, ReasonLeastLoad
+}
+
+// bestPrefix returns the longest prefix any healthy replica holds.
+func bestPrefix(rs []Replica) int {
+	n := 0
+	for i := range rs {
+		if rs[i].Healthy {
+			n = max(n, rs[i].PrefixBlocks)
+		}
+	}
+	return n
+}
+
+// serveLocally is the decision for a request that must stay in the region
+// (forwarded in, or a policy that never forwards): the pick of pickByPrefix
+// among replicas with room, or Hold; Reject if residency forbids the region.
+func serveLocally(req *request.Request, v *View, margin int, reason Reason) Decision {
+	if !req.AllowedIn(v.Local.Jurisdiction) {
+		return reject(v)
+	}
+	if !anyHealthy(v.Local.Replicas) {
+		return Decision{Action: Hold, Region: v.Local.Name, Reason: ReasonNoReplica}
+	}
+	i, why := pickByPrefix(v.Local.Replicas, margin, true)
+	if i < 0 {
+		return Decision{Action: Hold, Region: v.Local.Name, Reason: ReasonBusy}
+	}
+	if reason == "" {
+		reason = why
+	}
+	return Decision{Action: Dispatch, Replica: i, Region: v.Local.Name, Reason: reason}
+}
+
+// dispatchOrHold dispatches to replica i, or holds when i < 0 (no healthy
+// replica): a baseline that pushes into engine queues still cannot push to
+// a dead replica.
+func dispatchOrHold(v *View, i int, reason Reason) Decision {
+	if i < 0 {
+		return Decision{Action: Hold, Region: v.Local.Name, Reason: ReasonNoReplica}
+	}
+	return Decision{Action: Dispatch, Replica: i, Region: v.Local.Name, Reason: reason}
+}
+
+func forward(v *View, p int, reason Reason, estimate time.Duration) Decision {
+	return Decision{Action: Forward, Peer: p, Region: v.Peers[p].Name, Reason: reason, Estimate: estimate}
+}
+
+func reject(v *View) Decision {
+	return Decision{Action: Reject, Region: v.Local.Name, Reason: ReasonNoRegion}
+}

@@ -1,0 +1,205 @@
+package policy
+
+import (
+	"time"
+
+	"skywalker/internal/request"
+)
+
+// Policy routes one request. Route must be safe for concurrent use, must
+// not retain req or v, and must not read the clock or do I/O: everything it
+// may depend on is in its arguments and its own configuration.
+type Policy interface {
+	// Name is the policy's registry name, e.g. "skywalker".
+	Name() string
+	// Route decides where req goes given the view v built for it.
+	Route(req *request.Request, v *View) Decision
+}
+
+// Action is what the balancer does with a decision.
+type Action uint8
+
+// The actions a decision can carry.
+const (
+	Dispatch Action = iota // send to v.Local.Replicas[Decision.Replica] now
+	Forward                // send to v.Peers[Decision.Peer] now; that region serves it
+	Hold                   // keep in the balancer queue; re-route when state changes
+	Reject                 // no region can ever take it; answer the client now
+)
+
+func (a Action) String() string {
+	switch a {
+	case Dispatch:
+		return "dispatch"
+	case Forward:
+		return "forward"
+	case Hold:
+		return "hold"
+	default:
+		return "reject"
+	}
+}
+
+// Reason is a short, stable explanation of a decision. The set is small and
+// fixed so it can label metrics and travel in the X-SkyWalker-Route-Reason
+// header.
+type Reason string
+
+// The reasons policies give.
+const (
+	ReasonPrefix       Reason = "local-prefix"       // local replica holding the longest prefix
+	ReasonLeastLoad    Reason = "least-load"         // least-loaded replica or region
+	ReasonRemoteFaster Reason = "remote-faster"      // a peer's estimated TTFT beats local
+	ReasonResidency    Reason = "residency"          // the local region may not serve it
+	ReasonLocalBusy    Reason = "local-busy"         // no local replica free; a peer has a shorter queue (skylb)
+	ReasonBusy         Reason = "hold-busy"          // every local replica is busy
+	ReasonNoReplica    Reason = "hold-no-replica"    // no healthy local replica, no eligible peer yet
+	ReasonNoRegion     Reason = "no-eligible-region" // nothing in the view may serve it
+	ReasonRoundRobin   Reason = "round-robin"
+	ReasonHash         Reason = "consistent-hash"
+	ReasonCacheHit     Reason = "cache-hit"   // cache-aware: match above threshold
+	ReasonImbalance    Reason = "imbalance"   // cache-aware: loads too far apart
+	ReasonForwarded    Reason = "forwarded-in" // served here after another region forwarded it
+)
+
+// Decision is a policy's answer.
+type Decision struct {
+	Action  Action
+	Replica int    // index into View.Local.Replicas, for Dispatch
+	Peer    int    // index into View.Peers, for Forward
+	Region  string // the region that serves (or would serve) the request
+	Reason  Reason
+	// Estimate is the policy's estimated time to first token for the chosen
+	// target, when the policy estimates one (skywalker does); else zero.
+	Estimate time.Duration
+}
+
+// View is the world as one region's balancer sees it when routing one
+// request. Prefix matches are specific to that request.
+type View struct {
+	Local LocalRegion
+	Peers []PeerRegion
+}
+
+// LocalRegion is the balancer's own region.
+type LocalRegion struct {
+	Name         string
+	Jurisdiction string
+	Replicas     []Replica
+	// Queued is the number of requests ahead of this one in the balancer
+	// queue (the balancer fills it in).
+	Queued int
+	// PerRequestWait is how much longer the wait gets per request ahead in
+	// the queue: the smoothed service time divided by the dispatch slots.
+	PerRequestWait time.Duration
+	Prefill        PrefillProfile
+}
+
+// Replica is one local inference server.
+type Replica struct {
+	Name    string
+	Healthy bool
+	// Waiting and Running are the engine's own queue and batch, as last
+	// scraped (vllm:num_requests_waiting / _running).
+	Waiting, Running int
+	// InFlight counts requests this balancer sent and has not seen finish.
+	InFlight int
+	// MaxInFlight caps InFlight for dispatch; 0 means no cap.
+	MaxInFlight int
+	KVUsage     float64 // 0..1
+	// PrefixBlocks is how many leading blocks of the request this replica
+	// is believed to hold (from the prefix index).
+	PrefixBlocks int
+}
+
+// Load is the replica's outstanding work in requests: the larger of what
+// this balancer sent (exact, fresh) and what the engine reports (which
+// includes other balancers' traffic, but is as old as the last scrape).
+func (r *Replica) Load() int { return max(r.InFlight, r.Waiting+r.Running) }
+
+// HasRoom reports whether the balancer may dispatch to the replica now: it
+// is healthy, its own waiting queue is empty, and it is under its cap. This
+// is "selective pushing": a request that cannot start at once stays in the
+// balancer's queue, where it can still be routed elsewhere.
+func (r *Replica) HasRoom() bool {
+	return r.Healthy && r.Waiting == 0 && (r.MaxInFlight <= 0 || r.InFlight < r.MaxInFlight)
+}
+
+// QueueWait estimates how long a request arriving now waits before a local
+// replica starts it: nothing if a replica has room and nobody is queued,
+// otherwise one PerRequestWait for each request ahead of it (in the
+// balancer and in the engines' own queues), and at least one.
+func (l *LocalRegion) QueueWait() time.Duration {
+	ahead := l.Queued
+	room := false
+	for i := range l.Replicas {
+		r := &l.Replicas[i]
+		if r.Healthy {
+			ahead += r.Waiting
+			room = room || r.HasRoom()
+		}
+	}
+	if room && l.Queued == 0 {
+		return 0
+	}
+	return time.Duration(max(ahead, 1)) * l.PerRequestWait
+}
+
+// Load is the region's utilization: outstanding requests (in flight and
+// queued) over dispatch slots. Above 1 means a queue.
+func (l *LocalRegion) Load() float64 {
+	slots, outstanding := 0, l.Queued
+	for i := range l.Replicas {
+		r := &l.Replicas[i]
+		if !r.Healthy {
+			continue
+		}
+		slots += max(r.MaxInFlight, 1)
+		outstanding += r.Load()
+	}
+	if slots == 0 {
+		return 0
+	}
+	return float64(outstanding) / float64(slots)
+}
+
+// PeerRegion is another region as its gossip last described it.
+type PeerRegion struct {
+	Name         string
+	Jurisdiction string
+	// Healthy is false when the region has no live nodes.
+	Healthy bool
+	// DataAge is how old the newest load summary from the region is.
+	DataAge time.Duration
+	RTT     time.Duration // smoothed round-trip time to the region's proxy
+	// GateOpen is the WAN gate: false while the link is too slow or lossy.
+	GateOpen   bool
+	GateReason string
+	QueueWait  time.Duration // the region's own queue-wait estimate
+	Queued     int           // requests held in the region's balancers
+	Replicas   int           // healthy replicas
+	Slots      int           // dispatch slots over those replicas
+	// Outstanding is in-flight plus queued requests in the region.
+	Outstanding int
+	// PrefixBlocks is how many leading blocks of the request the region's
+	// digest probably holds.
+	PrefixBlocks int
+	Prefill      PrefillProfile
+}
+
+// Load is the region's utilization, as LocalRegion.Load.
+func (p *PeerRegion) Load() float64 {
+	if p.Slots <= 0 {
+		return 0
+	}
+	return float64(p.Outstanding) / float64(p.Slots)
+}
+
+// PerReplicaLoad is the region's outstanding requests per healthy replica,
+// comparable with Replica.Load.
+func (p *PeerRegion) PerReplicaLoad() float64 {
+	if p.Replicas <= 0 {
+		return 0
+	}
+	return float64(p.Outstanding) / float64(p.Replicas)
+}

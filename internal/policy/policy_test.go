@@ -1,0 +1,383 @@
+package policy
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"skywalker/internal/request"
+)
+
+// fastPrefill is a region of fast GPUs: 10 ms fixed + 20 µs per token, so
+// a 4,096-token prefix costs about 92 ms to prefill.
+var fastPrefill = PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 20 * time.Microsecond}
+
+// exampleRequest is the worked example's request: 34 blocks of 128 tokens,
+// the first 32 (4,096 tokens) a shared prefix.
+func exampleRequest() *request.Request {
+	blocks := make([]uint64, 34)
+	for i := range blocks {
+		blocks[i] = uint64(i + 1)
+	}
+	return &request.Request{ID: "r1", Region: "us-east", PromptTokens: 34 * 128, Blocks: blocks, BlockTokens: 128}
+}
+
+// busyReplicas are n replicas each at their in-flight cap of 8.
+func busyReplicas(n int) []Replica {
+	rs := make([]Replica, n)
+	for i := range rs {
+		rs[i] = Replica{Name: fmt.Sprintf("r%d", i), Healthy: true, Running: 8, InFlight: 8, MaxInFlight: 8}
+	}
+	return rs
+}
+
+// exampleView is the seed's worked example: us-east has 30 queued requests
+// at ~25 ms each and no cached prefix; eu-west (RTT 72 ms) has 2 queued and
+// the 4,096-token prefix warm.
+func exampleView() *View {
+	return &View{
+		Local: LocalRegion{
+			Name: "us-east", Jurisdiction: "us", Replicas: busyReplicas(4),
+			Queued: 30, PerRequestWait: 25 * time.Millisecond, Prefill: fastPrefill,
+		},
+		Peers: []PeerRegion{{
+			Name: "eu-west", Jurisdiction: "eu", Healthy: true, DataAge: 300 * time.Millisecond,
+			RTT: 72 * time.Millisecond, GateOpen: true, QueueWait: 50 * time.Millisecond, Queued: 2,
+			Replicas: 4, Slots: 32, Outstanding: 34, PrefixBlocks: 32, Prefill: fastPrefill,
+		}, {
+			Name: "ap-east", Jurisdiction: "ap", Healthy: true, DataAge: 300 * time.Millisecond,
+			RTT: 160 * time.Millisecond, GateOpen: false, GateReason: "rtt 160ms > 120ms", QueueWait: 0,
+			Replicas: 4, Slots: 32, Outstanding: 0, Prefill: fastPrefill,
+		}},
+	}
+}
+
+// shortQueue turns the example's us-east into a lightly loaded region: no
+// queue, and replica 1 has room.
+func shortQueue(v *View) {
+	v.Local.Queued = 0
+	v.Local.Replicas[1].InFlight, v.Local.Replicas[1].Running = 2, 2
+}
+
+func TestWorkedExample(t *testing.T) {
+	type want struct {
+		action Action
+		region string
+		reason Reason
+	}
+	tests := []struct {
+		name   string
+		policy Policy
+		modify func(*View, *request.Request)
+		want   want
+	}{
+		{"skywalker sends the request to the warm, short eu-west queue", NewSkywalker(DefaultSkywalkerConfig()), nil,
+			want{Forward, "eu-west", ReasonRemoteFaster}},
+		{"skywalker keeps it local when the us-east queue is short", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { shortQueue(v) }, want{Dispatch, "us-east", ReasonLeastLoad}},
+		{"skywalker never crosses a link above the WAN threshold", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { v.Peers[0].RTT = 130 * time.Millisecond }, want{Hold, "us-east", ReasonBusy}},
+		{"skywalker never crosses a closed gate", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { v.Peers[0].GateOpen = false }, want{Hold, "us-east", ReasonBusy}},
+		{"skywalker treats stale data as unavailable", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { v.Peers[0].DataAge = 5 * time.Second }, want{Hold, "us-east", ReasonBusy}},
+		{"skywalker honours residency", NewSkywalker(DefaultSkywalkerConfig()),
+			func(_ *View, r *request.Request) { r.Residency = "us" }, want{Hold, "us-east", ReasonBusy}},
+		{"skywalker never re-forwards a forwarded request", NewSkywalker(DefaultSkywalkerConfig()),
+			func(_ *View, r *request.Request) { r.Forwarded = true }, want{Hold, "us-east", ReasonBusy}},
+		{"skywalker ignores a remote prefix shorter than the minimum", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { shortQueue(v); v.Peers[0].PrefixBlocks = 15 }, want{Dispatch, "us-east", ReasonLeastLoad}},
+		{"skywalker serves an eu-only request in eu even when local is idle", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, r *request.Request) { shortQueue(v); r.Residency = "eu" }, want{Forward, "eu-west", ReasonResidency}},
+		{"skywalker rejects what no region may serve", NewSkywalker(DefaultSkywalkerConfig()),
+			func(_ *View, r *request.Request) { r.Residency = "cn" }, want{Reject, "us-east", ReasonNoRegion}},
+		{"skylb forwards when no local replica is free and eu-west's queue is shorter", NewSkyLB(DefaultSkywalkerConfig()), nil,
+			want{Forward, "eu-west", ReasonLocalBusy}},
+		{"skylb stays local whenever a replica is free", NewSkyLB(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { shortQueue(v) }, want{Dispatch, "us-east", ReasonLeastLoad}},
+		{"skylb holds when no peer has a shorter queue", NewSkyLB(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { v.Peers[0].Queued = 40 }, want{Hold, "us-east", ReasonBusy}},
+		{"skylb respects the gate", NewSkyLB(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { v.Peers[0].GateOpen = false }, want{Hold, "us-east", ReasonBusy}},
+		{"local pushes into a busy local engine rather than leave the region", Local{}, nil,
+			want{Dispatch, "us-east", ReasonLeastLoad}},
+		{"local rejects a request it may not serve", Local{},
+			func(_ *View, r *request.Request) { r.Residency = "eu" }, want{Reject, "us-east", ReasonNoRegion}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			v, req := exampleView(), exampleRequest()
+			if tc.modify != nil {
+				tc.modify(v, req)
+			}
+			d := tc.policy.Route(req, v)
+			if d.Action != tc.want.action || d.Region != tc.want.region || d.Reason != tc.want.reason {
+				t.Errorf("got %s to %s (%s), want %s to %s (%s)", d.Action, d.Region, d.Reason, tc.want.action, tc.want.region, tc.want.reason)
+			}
+		})
+	}
+}
+
+func TestSkywalkerEstimatesFollowTheRule(t *testing.T) {
+	v, req := exampleView(), exampleRequest()
+	d := NewSkywalker(DefaultSkywalkerConfig()).Route(req, v)
+	// eu-west: RTT 72 + queue 50 + prefill of the 256 uncached tokens.
+	want := 72*time.Millisecond + 50*time.Millisecond + fastPrefill.Time(256)
+	if d.Estimate != want {
+		t.Errorf("estimate %v, want %v", d.Estimate, want)
+	}
+	shortQueue(v)
+	d = NewSkywalker(DefaultSkywalkerConfig()).Route(req, v)
+	if want := fastPrefill.Time(34 * 128); d.Estimate != want {
+		t.Errorf("local estimate %v, want the full prefill %v", d.Estimate, want)
+	}
+}
+
+func TestSkywalkerPrefersTheLongestPrefixWithinTheLoadMargin(t *testing.T) {
+	rs := []Replica{
+		{Name: "a", Healthy: true, InFlight: 1, MaxInFlight: 8},
+		{Name: "b", Healthy: true, InFlight: 4, MaxInFlight: 8, PrefixBlocks: 20},
+		{Name: "c", Healthy: true, InFlight: 7, MaxInFlight: 8, PrefixBlocks: 34},
+	}
+	v := &View{Local: LocalRegion{Name: "us-east", Replicas: rs, Prefill: fastPrefill}}
+	d := NewSkywalker(DefaultSkywalkerConfig()).Route(exampleRequest(), v)
+	// c holds more but is 6 above the least loaded (margin 4); b is within.
+	if d.Action != Dispatch || d.Replica != 1 || d.Reason != ReasonPrefix {
+		t.Errorf("got %+v, want replica b for its prefix", d)
+	}
+}
+
+func TestSkywalkerHoldsWhileEngineQueuesAreNonEmpty(t *testing.T) {
+	rs := []Replica{{Name: "a", Healthy: true, Waiting: 1, Running: 4, InFlight: 5}}
+	v := &View{Local: LocalRegion{Name: "us-east", Replicas: rs, Prefill: fastPrefill}}
+	if d := NewSkywalker(DefaultSkywalkerConfig()).Route(exampleRequest(), v); d.Action != Hold {
+		t.Errorf("got %s, want hold: the engine already has a waiting queue", d.Action)
+	}
+}
+
+func TestRoundRobinCyclesOverEveryReplicaOfEveryRegion(t *testing.T) {
+	v := exampleView()
+	v.Local.Replicas = busyReplicas(2)
+	v.Peers = v.Peers[:1]
+	v.Peers[0].Replicas = 2
+	p := NewRoundRobin(DefaultSkywalkerConfig())
+	var got []string
+	for range 8 {
+		d := p.Route(exampleRequest(), v)
+		got = append(got, fmt.Sprintf("%s/%d", d.Region, d.Replica))
+	}
+	want := "[us-east/0 us-east/1 eu-west/0 eu-west/0 us-east/0 us-east/1 eu-west/0 eu-west/0]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("got %v, want %s", got, want)
+	}
+}
+
+func TestLeastLoadComparesPerReplicaLoad(t *testing.T) {
+	v := exampleView() // us-east replicas carry 8 each; eu-west 34/4 = 8.5
+	v.Peers[1].Healthy = false
+	if d := NewLeastLoad(DefaultSkywalkerConfig()).Route(exampleRequest(), v); d.Region != "us-east" {
+		t.Errorf("got %s, want us-east (8 < 8.5)", d.Region)
+	}
+	v.Peers[0].Outstanding = 20 // 5 per replica
+	if d := NewLeastLoad(DefaultSkywalkerConfig()).Route(exampleRequest(), v); d.Region != "eu-west" {
+		t.Errorf("got %s, want eu-west (5 < 8)", d.Region)
+	}
+	// ap-east is idle but its gate is closed: global baselines ignore gates.
+	v.Peers[1].Healthy = true
+	if d := NewLeastLoad(DefaultSkywalkerConfig()).Route(exampleRequest(), v); d.Region != "ap-east" {
+		t.Errorf("got %s, want ap-east (idle)", d.Region)
+	}
+}
+
+func TestConsistentHashIsStickyAndBounded(t *testing.T) {
+	idle := func() *View {
+		v := exampleView()
+		for i := range v.Local.Replicas {
+			v.Local.Replicas[i].InFlight, v.Local.Replicas[i].Running = 0, 0
+		}
+		v.Local.Queued = 0
+		v.Peers[0].Outstanding = 0
+		return v
+	}
+	p := NewConsistentHash(DefaultConsistentHashConfig(), DefaultSkywalkerConfig())
+	seen := map[string]bool{}
+	for i := range 200 {
+		req := exampleRequest()
+		req.Session = fmt.Sprintf("user-%d", i)
+		first := p.Route(req, idle())
+		again := p.Route(req, idle())
+		if first != again {
+			t.Fatalf("session %s moved: %+v then %+v", req.Session, first, again)
+		}
+		seen[fmt.Sprintf("%s/%d", first.Region, first.Replica)] = true
+	}
+	if len(seen) < 5 {
+		t.Errorf("200 sessions landed on only %d members", len(seen))
+	}
+	// Bounded loads: overload the session's member and it must move.
+	req := exampleRequest()
+	req.Session = "user-7"
+	v := idle()
+	d := p.Route(req, v)
+	if d.Action == Dispatch {
+		v.Local.Replicas[d.Replica].InFlight = 50
+	} else {
+		v.Peers[d.Peer].Outstanding = 200
+	}
+	if moved := p.Route(req, v); moved == d {
+		t.Errorf("member over the load bound kept the session: %+v", moved)
+	}
+}
+
+func TestConsistentHashRingIsTheSameFromEveryRegion(t *testing.T) {
+	mk := func(local string, peers ...string) *View {
+		v := &View{Local: LocalRegion{Name: local, Replicas: make([]Replica, 2)}}
+		for i := range v.Local.Replicas {
+			v.Local.Replicas[i].Healthy = true
+		}
+		for _, name := range peers {
+			v.Peers = append(v.Peers, PeerRegion{Name: name, Healthy: true, Replicas: 2, Slots: 2})
+		}
+		return v
+	}
+	a := NewConsistentHash(DefaultConsistentHashConfig(), DefaultSkywalkerConfig())
+	b := NewConsistentHash(DefaultConsistentHashConfig(), DefaultSkywalkerConfig())
+	for i := range 50 {
+		req := &request.Request{Session: fmt.Sprintf("s%d", i)}
+		da := a.Route(req, mk("us-east", "eu-west"))
+		db := b.Route(req, mk("eu-west", "us-east"))
+		if da.Region != db.Region {
+			t.Fatalf("session %s: us-east sends it to %s, eu-west to %s", req.Session, da.Region, db.Region)
+		}
+	}
+}
+
+func TestCacheAware(t *testing.T) {
+	p := NewCacheAware(DefaultCacheAwareConfig(), DefaultSkywalkerConfig())
+	v := exampleView() // eu-west holds 32 of 34 blocks: 94% > 50%
+	if d := p.Route(exampleRequest(), v); d.Region != "eu-west" || d.Reason != ReasonCacheHit {
+		t.Errorf("got %s (%s), want eu-west by cache hit", d.Region, d.Reason)
+	}
+	v.Peers[0].PrefixBlocks = 10 // 29%: below the threshold, least load wins
+	if d := p.Route(exampleRequest(), v); d.Reason != ReasonLeastLoad {
+		t.Errorf("got %s, want least-load", d.Reason)
+	}
+	v.Peers[0].PrefixBlocks = 34
+	v.Peers[0].Outstanding = 400 // 100 per replica vs 8 and 0: imbalanced
+	if d := p.Route(exampleRequest(), v); d.Reason != ReasonImbalance || d.Region != "ap-east" {
+		t.Errorf("got %s (%s), want ap-east by imbalance", d.Region, d.Reason)
+	}
+}
+
+// TestNoPolicyBreaksTheHardRules routes random requests over random views
+// with every policy and checks what must always hold: residency, health,
+// one hop, and for the WAN-aware policies the gate, the threshold and
+// freshness.
+func TestNoPolicyBreaksTheHardRules(t *testing.T) {
+	rng := rand.New(rand.NewPCG(42, 42))
+	jurisdictions := []string{"us", "eu", "ap"}
+	for _, name := range Names {
+		p, err := New(name, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for trial := range 2000 {
+			req, v := randomCase(rng, jurisdictions)
+			d := p.Route(req, v)
+			where := fmt.Sprintf("%s trial %d: %+v", name, trial, d)
+			switch d.Action {
+			case Dispatch:
+				if d.Replica < 0 || d.Replica >= len(v.Local.Replicas) || !v.Local.Replicas[d.Replica].Healthy {
+					t.Fatalf("%s: dispatched to a missing or unhealthy replica", where)
+				}
+				if !req.AllowedIn(v.Local.Jurisdiction) {
+					t.Fatalf("%s: served a %q request in %q", where, req.Residency, v.Local.Jurisdiction)
+				}
+			case Forward:
+				peer := v.Peers[d.Peer]
+				if req.Forwarded {
+					t.Fatalf("%s: forwarded a request twice", where)
+				}
+				if !peer.Healthy || !req.AllowedIn(peer.Jurisdiction) || d.Region != peer.Name {
+					t.Fatalf("%s: forwarded to an unhealthy or non-resident peer %+v", where, peer)
+				}
+				if (name == "skywalker" || name == "skylb") && (!peer.GateOpen || peer.RTT > 120*time.Millisecond || peer.DataAge > 2*time.Second) {
+					t.Fatalf("%s: crossed a closed, slow or stale link %+v", where, peer)
+				}
+			}
+		}
+	}
+}
+
+func randomCase(rng *rand.Rand, jurisdictions []string) (*request.Request, *View) {
+	req := exampleRequest()
+	if rng.IntN(4) == 0 {
+		req.Residency = jurisdictions[rng.IntN(3)]
+	}
+	req.Forwarded = rng.IntN(5) == 0
+	req.Session = fmt.Sprint(rng.IntN(10))
+	v := &View{Local: LocalRegion{Name: "local", Jurisdiction: jurisdictions[rng.IntN(3)], Queued: rng.IntN(20),
+		PerRequestWait: time.Duration(rng.IntN(50)) * time.Millisecond, Prefill: fastPrefill}}
+	for i := range rng.IntN(5) {
+		v.Local.Replicas = append(v.Local.Replicas, Replica{Name: fmt.Sprint(i), Healthy: rng.IntN(4) > 0,
+			Waiting: rng.IntN(2), Running: rng.IntN(8), InFlight: rng.IntN(10), MaxInFlight: 8, PrefixBlocks: rng.IntN(35)})
+	}
+	for i := range rng.IntN(4) {
+		v.Peers = append(v.Peers, PeerRegion{Name: fmt.Sprintf("peer%d", i), Jurisdiction: jurisdictions[rng.IntN(3)],
+			Healthy: rng.IntN(4) > 0, DataAge: time.Duration(rng.IntN(3000)) * time.Millisecond,
+			RTT: time.Duration(rng.IntN(200)) * time.Millisecond, GateOpen: rng.IntN(3) > 0,
+			QueueWait: time.Duration(rng.IntN(1000)) * time.Millisecond, Queued: rng.IntN(30), Replicas: rng.IntN(4),
+			Slots: 16, Outstanding: rng.IntN(40), PrefixBlocks: rng.IntN(35), Prefill: fastPrefill})
+	}
+	return req, v
+}
+
+func TestNewKnowsEveryName(t *testing.T) {
+	for _, name := range Names {
+		p, err := New(name, DefaultConfig())
+		if err != nil || p.Name() != name {
+			t.Errorf("New(%q) = %v, %v", name, p, err)
+		}
+	}
+	if _, err := New("random", DefaultConfig()); err == nil {
+		t.Error("unknown policy name must fail")
+	}
+}
+
+func TestEstimators(t *testing.T) {
+	e := NewEWMA(0.5)
+	if e.Seen() || e.Value() != 0 {
+		t.Error("a fresh EWMA has no value")
+	}
+	e.Observe(100 * time.Millisecond)
+	e.Observe(200 * time.Millisecond)
+	if e.Value() != 150*time.Millisecond {
+		t.Errorf("EWMA = %v, want 150ms", e.Value())
+	}
+	if got := PerRequestWait(800*time.Millisecond, 32); got != 25*time.Millisecond {
+		t.Errorf("PerRequestWait = %v, want 25ms", got)
+	}
+	p := PrefillProfile{Fixed: time.Millisecond, PerToken: time.Microsecond, PerTokenSquared: 0.001}
+	if got := p.Time(1000); got != 2*time.Millisecond+time.Microsecond {
+		t.Errorf("Time(1000) = %v, want 1ms + 1000·1µs + 1000²·0.001ns", got)
+	}
+	if p.Time(0) != 0 {
+		t.Error("no uncached tokens, no prefill")
+	}
+}
+
+func TestLocalQueueWait(t *testing.T) {
+	l := LocalRegion{Replicas: busyReplicas(2), Queued: 30, PerRequestWait: 25 * time.Millisecond}
+	if got := l.QueueWait(); got != 750*time.Millisecond {
+		t.Errorf("30 queued at 25ms: %v", got)
+	}
+	l.Queued = 0
+	if got := l.QueueWait(); got != 25*time.Millisecond {
+		t.Errorf("busy, nobody queued: %v, want one slot's wait", got)
+	}
+	l.Replicas[0].InFlight = 1
+	if got := l.QueueWait(); got != 0 {
+		t.Errorf("a replica has room: %v, want 0", got)
+	}
+}

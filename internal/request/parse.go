@@ -1,0 +1,520 @@
+package request
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+
+	"skywalker/internal/apierr"
+)
+
+// DefaultMaxBodyBytes bounds request bodies (16 MiB), as the proxy's default.
+const DefaultMaxBodyBytes = 16 << 20
+
+// Kind says which OpenAI endpoint a body was sent to.
+type Kind int
+
+// The endpoints a body can be parsed for.
+const (
+	Chat       Kind = iota // POST /v1/chat/completions
+	Completion             // POST /v1/completions
+)
+
+func (k Kind) String() string {
+	if k == Completion {
+		return "completion"
+	}
+	return "chat"
+}
+
+// Options configure parsing; the zero value means the defaults.
+type Options struct {
+	BlockBytes   int    // prefix block size in rendered bytes; default DefaultBlockBytes
+	Seed         uint64 // hash chain seed; default DefaultSeed
+	MaxBodyBytes int    // default DefaultMaxBodyBytes
+}
+
+func (o Options) withDefaults() Options {
+	if o.BlockBytes <= 0 {
+		o.BlockBytes = DefaultBlockBytes
+	}
+	if o.Seed == 0 {
+		o.Seed = DefaultSeed
+	}
+	if o.MaxBodyBytes <= 0 {
+		o.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	return o
+}
+
+// ReadBody reads a whole body, failing with a 413 *apierr.Error once it
+// exceeds limit bytes (limit <= 0 means DefaultMaxBodyBytes).
+func ReadBody(r io.Reader, limit int) ([]byte, error) {
+	if limit <= 0 {
+		limit = DefaultMaxBodyBytes
+	}
+	body, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	if len(body) > limit {
+		return nil, tooLarge(limit)
+	}
+	return body, nil
+}
+
+func tooLarge(limit int) *apierr.Error {
+	return apierr.New(apierr.BodyTooLarge, "request body exceeds the limit of %d bytes", limit)
+}
+
+var renderPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// Parse reads an OpenAI request body for the given endpoint and returns the
+// Request it describes, with the whole prompt rendered canonically and
+// hashed into chained blocks. Every failure is an *apierr.Error: 413 for an
+// oversized body, 400 with the offending parameter for anything malformed.
+func Parse(kind Kind, body []byte, opts Options) (*Request, error) {
+	opts = opts.withDefaults()
+	if len(body) > opts.MaxBodyBytes {
+		return nil, tooLarge(opts.MaxBodyBytes)
+	}
+	bufp := renderPool.Get().(*[]byte)
+	p := parser{s: scanner{data: body}, kind: kind, rendered: (*bufp)[:0]}
+	err := p.parse()
+	rendered := p.rendered
+	defer func() {
+		if cap(rendered) <= 8<<20 { // don't pin huge buffers
+			*bufp = rendered[:0]
+			renderPool.Put(bufp)
+		}
+	}()
+	if err != nil {
+		var se *syntaxError
+		if errors.As(err, &se) {
+			return nil, apierr.Invalid("", "%v", se)
+		}
+		return nil, err
+	}
+	req := &p.req
+	req.PromptTokens = p.promptTokens + (len(rendered)-p.tokenBytes+BytesPerToken-1)/BytesPerToken
+	req.BlockTokens = opts.BlockBytes / BytesPerToken
+	req.Blocks = HashBlocks(make([]uint64, 0, len(rendered)/opts.BlockBytes), rendered, opts.BlockBytes, opts.Seed)
+	return req, nil
+}
+
+// parser holds the state of one Parse call.
+type parser struct {
+	s        scanner
+	kind     Kind
+	req      Request
+	rendered []byte
+	// promptTokens counts tokens given as token ids (completions with an
+	// integer prompt); tokenBytes is how many rendered bytes those ids took,
+	// so they are not counted twice by the bytes-per-token estimate.
+	promptTokens int
+	tokenBytes   int
+	sawPrompt    bool
+}
+
+// Separators of the canonical rendering. Each message renders as
+// content, then unitSep + role + unitSep + name + unitSep + tool_call_id +
+// unitSep + tool_calls (as written), then recordSep. Rendering depends only
+// on the message itself, so a conversation that grows by appending messages
+// keeps every earlier block hash.
+const (
+	unitSep   = 0x1f
+	recordSep = 0x1e
+)
+
+func (p *parser) parse() error {
+	s := &p.s
+	if s.atEnd() {
+		return apierr.Invalid("", "request body is empty")
+	}
+	if s.peek() != '{' {
+		return apierr.Invalid("", "request body must be a JSON object, found %s", s.kind())
+	}
+	err := s.object(p.topField)
+	if err != nil {
+		return err
+	}
+	if !s.atEnd() {
+		return s.fail("unexpected data after the JSON object")
+	}
+	if !p.sawPrompt {
+		if p.kind == Chat {
+			return apierr.Invalid("messages", "messages is required")
+		}
+		return apierr.Invalid("prompt", "prompt is required")
+	}
+	return nil
+}
+
+func (p *parser) topField(key []byte) error {
+	s := &p.s
+	switch string(key) {
+	case "model":
+		v, err := p.stringField("model")
+		p.req.Model = v
+		return err
+	case "messages":
+		if p.kind != Chat {
+			return s.skip()
+		}
+		if p.sawPrompt {
+			return apierr.Invalid("messages", "messages is given twice")
+		}
+		p.sawPrompt = true
+		return p.messages()
+	case "prompt":
+		if p.kind != Completion {
+			return s.skip()
+		}
+		if p.sawPrompt {
+			return apierr.Invalid("prompt", "prompt is given twice")
+		}
+		p.sawPrompt = true
+		return p.prompt()
+	case "max_tokens", "max_completion_tokens":
+		return p.maxTokens(string(key))
+	case "stream":
+		v, err := p.boolField("stream")
+		p.req.Stream = v
+		return err
+	case "stream_options":
+		return p.streamOptions()
+	case "user":
+		v, err := p.stringField("user")
+		if v != "" {
+			p.req.Session = v
+		}
+		return err
+	case "metadata":
+		return p.metadata()
+	case "priority":
+		if null, err := s.null(); null || err != nil {
+			return err
+		}
+		n, ok := s.integer()
+		if !ok {
+			return apierr.Invalid("priority", "priority must be an integer")
+		}
+		p.req.Priority = n
+		return nil
+	default:
+		return s.skip()
+	}
+}
+
+func (p *parser) stringField(param string) (string, error) {
+	s := &p.s
+	if null, err := s.null(); null || err != nil {
+		return "", err
+	}
+	if s.peek() != '"' {
+		return "", apierr.Invalid(param, "%s must be a string, found %s", param, s.kind())
+	}
+	return s.str()
+}
+
+// messageString reads a string field of messages[i]; the parameter name is
+// only built when there is an error to report.
+func (p *parser) messageString(i int, field string) (string, error) {
+	s := &p.s
+	if null, err := s.null(); null || err != nil {
+		return "", err
+	}
+	if s.peek() != '"' {
+		return "", apierr.Invalid(fmt.Sprintf("messages[%d].%s", i, field), "%s must be a string, found %s", field, s.kind())
+	}
+	return s.str()
+}
+
+func (p *parser) boolField(param string) (bool, error) {
+	s := &p.s
+	if null, err := s.null(); null || err != nil {
+		return false, err
+	}
+	v, ok := s.boolean()
+	if !ok {
+		return false, apierr.Invalid(param, "%s must be a boolean", param)
+	}
+	return v, nil
+}
+
+func (p *parser) maxTokens(param string) error {
+	s := &p.s
+	if null, err := s.null(); null || err != nil {
+		return err
+	}
+	if s.kind() != "number" {
+		return apierr.Invalid(param, "%s must be an integer, found %s", param, s.kind())
+	}
+	n, ok := s.integer()
+	if !ok || n < 1 {
+		return apierr.Invalid(param, "%s must be a positive integer", param)
+	}
+	p.req.MaxTokens = n
+	return nil
+}
+
+func (p *parser) streamOptions() error {
+	s := &p.s
+	if null, err := s.null(); null || err != nil {
+		return err
+	}
+	if s.peek() != '{' {
+		return apierr.Invalid("stream_options", "stream_options must be an object")
+	}
+	return s.object(func(key []byte) error {
+		if string(key) != "include_usage" {
+			return s.skip()
+		}
+		v, err := p.boolField("stream_options.include_usage")
+		p.req.IncludeUsage = v
+		return err
+	})
+}
+
+// metadata reads OpenAI's string-to-string metadata map; data_residency
+// names the jurisdiction and session_id a session key.
+func (p *parser) metadata() error {
+	s := &p.s
+	if null, err := s.null(); null || err != nil {
+		return err
+	}
+	if s.peek() != '{' {
+		return apierr.Invalid("metadata", "metadata must be an object")
+	}
+	return s.object(func(key []byte) error {
+		switch string(key) {
+		case "data_residency":
+			v, err := p.stringField("metadata.data_residency")
+			p.req.Residency = strings.ToLower(strings.TrimSpace(v))
+			return err
+		case "session_id":
+			v, err := p.stringField("metadata.session_id")
+			if p.req.Session == "" {
+				p.req.Session = v
+			}
+			return err
+		default:
+			return s.skip()
+		}
+	})
+}
+
+var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+
+func (p *parser) messages() error {
+	s := &p.s
+	if s.peek() != '[' {
+		return apierr.Invalid("messages", "messages must be an array, found %s", s.kind())
+	}
+	count := 0
+	err := s.array(func(i int) error {
+		count++
+		return p.message(i)
+	})
+	if err != nil {
+		return err
+	}
+	if count == 0 {
+		return apierr.Invalid("messages", "messages must not be empty")
+	}
+	return nil
+}
+
+// message renders one chat message. Content is decoded straight into the
+// rendering as it is met; the short fields are appended after it, so the
+// message's key order in the JSON does not matter.
+func (p *parser) message(i int) error {
+	s := &p.s
+	if s.peek() != '{' {
+		return apierr.Invalid(fmt.Sprintf("messages[%d]", i), "each message must be an object, found %s", s.kind())
+	}
+	var role, name, toolCallID string
+	var toolCalls []byte
+	sawContent := false
+	err := s.object(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "role":
+			role, err = p.messageString(i, "role")
+		case "name":
+			name, err = p.messageString(i, "name")
+		case "tool_call_id":
+			toolCallID, err = p.messageString(i, "tool_call_id")
+		case "tool_calls", "function_call":
+			toolCalls, err = s.rawValue()
+		case "content":
+			if sawContent {
+				return apierr.Invalid(fmt.Sprintf("messages[%d].content", i), "content is given twice")
+			}
+			sawContent = true
+			err = p.content(i)
+		default:
+			err = s.skip()
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if role == "" {
+		return apierr.Invalid(fmt.Sprintf("messages[%d].role", i), "role is required")
+	}
+	if !roles[role] {
+		return apierr.Invalid(fmt.Sprintf("messages[%d].role", i), "unknown role %q", role)
+	}
+	r := append(p.rendered, unitSep)
+	r = append(r, role...)
+	r = append(r, unitSep)
+	r = append(r, name...)
+	r = append(r, unitSep)
+	r = append(r, toolCallID...)
+	r = append(r, unitSep)
+	r = append(r, toolCalls...)
+	p.rendered = append(r, recordSep)
+	return nil
+}
+
+// content renders a message's content: a string, null, or an array of parts
+// (text parts as their text, images and audio as their URL or data).
+func (p *parser) content(i int) error {
+	s := &p.s
+	switch s.peek() {
+	case '"':
+		var err error
+		p.rendered, err = s.appendString(p.rendered)
+		return err
+	case 'n':
+		return s.literal("null")
+	case '[':
+		return s.array(func(j int) error {
+			if j > 0 {
+				p.rendered = append(p.rendered, '\n')
+			}
+			return p.contentPart(i, j)
+		})
+	default:
+		return apierr.Invalid(fmt.Sprintf("messages[%d].content", i), "content must be a string, an array of parts or null, found %s", s.kind())
+	}
+}
+
+func (p *parser) contentPart(i, j int) error {
+	s := &p.s
+	param := func(field string) string { return fmt.Sprintf("messages[%d].content[%d]%s", i, j, field) }
+	if s.peek() != '{' {
+		return apierr.Invalid(param(""), "each content part must be an object, found %s", s.kind())
+	}
+	sawType := false
+	err := s.object(func(key []byte) error {
+		switch string(key) {
+		case "type":
+			if s.peek() != '"' {
+				return apierr.Invalid(param(".type"), "type must be a string, found %s", s.kind())
+			}
+			raw, _, err := s.rawString()
+			sawType = len(raw) > 0
+			return err
+		case "text", "refusal":
+			if s.peek() != '"' {
+				return apierr.Invalid(param("."+string(key)), "%s must be a string, found %s", key, s.kind())
+			}
+			var err error
+			p.rendered, err = s.appendString(p.rendered)
+			return err
+		case "image_url", "input_audio", "file", "video_url":
+			// The media reference (URL or inline data) stands for the media:
+			// the same image gives the same blocks.
+			raw, err := s.rawValue()
+			p.rendered = append(p.rendered, raw...)
+			return err
+		default:
+			return s.skip()
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if !sawType {
+		return apierr.Invalid(param(".type"), "content part type is required")
+	}
+	return nil
+}
+
+// prompt renders a completions prompt: a string, an array of strings, an
+// array of token ids, or an array of such arrays.
+func (p *parser) prompt() error {
+	s := &p.s
+	switch s.peek() {
+	case '"':
+		var err error
+		p.rendered, err = s.appendString(p.rendered)
+		return err
+	case '[':
+		empty := true
+		err := s.array(func(i int) error {
+			empty = false
+			switch s.peek() {
+			case '"':
+				if i > 0 {
+					p.rendered = append(p.rendered, recordSep)
+				}
+				var err error
+				p.rendered, err = s.appendString(p.rendered)
+				return err
+			case '[':
+				return s.array(func(int) error { return p.tokenID(fmt.Sprintf("prompt[%d]", i)) })
+			default:
+				return p.tokenID("prompt")
+			}
+		})
+		if err == nil && empty {
+			return apierr.Invalid("prompt", "prompt must not be empty")
+		}
+		return err
+	default:
+		return apierr.Invalid("prompt", "prompt must be a string or an array, found %s", s.kind())
+	}
+}
+
+// tokenID renders one integer token id; it counts as exactly one token.
+func (p *parser) tokenID(param string) error {
+	s := &p.s
+	if s.kind() != "number" {
+		return apierr.Invalid(param, "token ids must be integers, found %s", s.kind())
+	}
+	raw, err := s.number()
+	if err != nil {
+		return err
+	}
+	for _, c := range raw {
+		if c < '0' || c > '9' {
+			return apierr.Invalid(param, "token ids must be non-negative integers")
+		}
+	}
+	before := len(p.rendered)
+	p.rendered = append(append(p.rendered, raw...), ',')
+	p.tokenBytes += len(p.rendered) - before
+	p.promptTokens++
+	return nil
+}
+
+// ApplyResidencyHeader merges an X-Data-Residency header value into the
+// request. A header that contradicts the body's metadata.data_residency is
+// a 400: the client asked for two jurisdictions.
+func (r *Request) ApplyResidencyHeader(value string) error {
+	value = strings.ToLower(strings.TrimSpace(value))
+	if value == "" {
+		return nil
+	}
+	if r.Residency != "" && r.Residency != value {
+		return apierr.Invalid("metadata.data_residency", "X-Data-Residency %q contradicts metadata.data_residency %q", value, r.Residency)
+	}
+	r.Residency = value
+	return nil
+}

@@ -1,0 +1,117 @@
+package request
+
+import (
+	"encoding/binary"
+	"strings"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// BytesPerToken is the estimate of prompt bytes per token used when a body's
+// tokens are not counted by a tokenizer (about 4 for English text under
+// Llama-3 and GPT tokenizers).
+const BytesPerToken = 4
+
+// DefaultBlockBytes is the default prefix block size in rendered bytes: 512
+// bytes, so about 128 tokens per block.
+const DefaultBlockBytes = 512
+
+// DefaultSeed seeds the block hash chain. Every proxy and engine of one
+// deployment must use the same seed, or their digests will never match.
+const DefaultSeed uint64 = 0x534b_5957_414c_4b52 // "SKYWALKR"
+
+// Request is what a routing policy knows about one inference request.
+type Request struct {
+	ID     string // unique per request; assigned by the driver
+	Region string // ingress region: where the client connected
+
+	Model        string
+	PromptTokens int // estimated prompt tokens
+	MaxTokens    int // requested output limit; 0 when the client gave none
+
+	// Blocks are chained prefix hashes: Blocks[i] stands for the whole prompt
+	// up to the end of block i. Only complete blocks are hashed, because only
+	// complete blocks are reusable from a KV cache.
+	Blocks      []uint64
+	BlockTokens int // tokens covered by one block
+
+	Residency string // jurisdiction the request must be served in, lower case; "" for anywhere
+	Session   string // session or user key, for consistent hashing; may be empty
+	Priority  int    // lower is served first, as in vLLM's priority scheduling
+
+	Stream       bool
+	IncludeUsage bool // stream_options.include_usage
+
+	Arrival  time.Time // when the request reached its ingress balancer
+	Deadline time.Time // zero: the balancer's default wait bound applies
+
+	// Forwarded marks a request another region already routed here; it must
+	// be served locally and never forwarded again (one hop at most).
+	Forwarded bool
+}
+
+// AllowedIn reports whether the request may be served in a region of the
+// given jurisdiction.
+func (r *Request) AllowedIn(jurisdiction string) bool {
+	return r.Residency == "" || strings.EqualFold(r.Residency, jurisdiction)
+}
+
+// CachedTokens converts a count of matched leading blocks into prompt tokens,
+// never more than the prompt itself.
+func (r *Request) CachedTokens(blocks int) int {
+	return min(blocks*r.BlockTokens, r.PromptTokens)
+}
+
+// TraceRecord is one request of a trace whose prefix blocks are given as ids
+// (the Mooncake trace: equal leading ids mean a reusable KV-cache prefix).
+type TraceRecord struct {
+	InputTokens  int
+	OutputTokens int
+	BlockIDs     []uint64
+	BlockTokens  int // tokens per block id: 512 in the Mooncake trace
+	Session      string
+}
+
+// FromTrace builds a Request from a trace record. The ids are chain-hashed
+// with seed, so two records share block hashes exactly as far as their id
+// lists agree, and trace requests flow through the same prefix index and
+// digests as parsed ones.
+func FromTrace(rec TraceRecord, seed uint64) *Request {
+	blocks := make([]uint64, len(rec.BlockIDs))
+	var buf [8]byte
+	parent := seed
+	for i, id := range rec.BlockIDs {
+		binary.LittleEndian.PutUint64(buf[:], id)
+		parent = chainHash(parent, seed, buf[:])
+		blocks[i] = parent
+	}
+	return &Request{
+		PromptTokens: rec.InputTokens,
+		MaxTokens:    rec.OutputTokens,
+		Blocks:       blocks,
+		BlockTokens:  rec.BlockTokens,
+		Session:      rec.Session,
+	}
+}
+
+// chainHash hashes one block together with its parent's hash: the parent is
+// folded into the xxhash64 seed, so the result stands for the whole prefix.
+func chainHash(parent, seed uint64, block []byte) uint64 {
+	var d xxhash.Digest
+	d.ResetWithSeed(parent ^ seed)
+	_, _ = d.Write(block)
+	return d.Sum64()
+}
+
+// HashBlocks cuts rendered prompt bytes into blockBytes-sized blocks and
+// appends the chained hash of every complete block to dst.
+func HashBlocks(dst []uint64, rendered []byte, blockBytes int, seed uint64) []uint64 {
+	parent := seed
+	for len(rendered) >= blockBytes {
+		parent = chainHash(parent, seed, rendered[:blockBytes])
+		dst = append(dst, parent)
+		rendered = rendered[blockBytes:]
+	}
+	return dst
+}
