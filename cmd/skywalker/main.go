@@ -30,6 +30,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newExplainCommand())
+	root.AddCommand(newExplainCommand(), newEngineCommand())
 	return root
 }

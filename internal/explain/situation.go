@@ -16,11 +16,11 @@ import (
 
 // Situation is one request and the view of the region it arrived at.
 type Situation struct {
-	Title   string         `yaml:"title"`
-	Request RequestSpec    `yaml:"request"`
-	Local   LocalSpec      `yaml:"local"`
-	Peers   []PeerSpec     `yaml:"peers"`
-	Config  *ConfigSpec    `yaml:"config"`
+	Title   string      `yaml:"title"`
+	Request RequestSpec `yaml:"request"`
+	Local   LocalSpec   `yaml:"local"`
+	Peers   []PeerSpec  `yaml:"peers"`
+	Config  *ConfigSpec `yaml:"config"`
 }
 
 // RequestSpec describes the request by size rather than content.

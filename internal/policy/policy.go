@@ -57,8 +57,8 @@ const (
 	ReasonNoRegion     Reason = "no-eligible-region" // nothing in the view may serve it
 	ReasonRoundRobin   Reason = "round-robin"
 	ReasonHash         Reason = "consistent-hash"
-	ReasonCacheHit     Reason = "cache-hit"   // cache-aware: match above threshold
-	ReasonImbalance    Reason = "imbalance"   // cache-aware: loads too far apart
+	ReasonCacheHit     Reason = "cache-hit"    // cache-aware: match above threshold
+	ReasonImbalance    Reason = "imbalance"    // cache-aware: loads too far apart
 	ReasonForwarded    Reason = "forwarded-in" // served here after another region forwarded it
 )
 

@@ -3,8 +3,8 @@ package request
 import (
 	"bytes"
 	"encoding/binary"
-	"math/bits"
 	"fmt"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"

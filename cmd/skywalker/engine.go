@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"skywalker/internal/engine"
+	"skywalker/internal/engine/server"
+)
+
+func newEngineCommand() *cobra.Command {
+	var (
+		listen  string
+		model   string
+		profile string
+		ecfg    engine.Config
+		scfg    server.Config
+	)
+	cmd := &cobra.Command{
+		Use:   "engine",
+		Short: "Run a simulated vLLM-compatible inference server (no GPU needed)",
+		Long: `engine serves the engine model over the OpenAI API with vLLM's metrics:
+continuous batching, chunked prefill, a paged KV cache with prefix reuse, and
+step times from a hardware profile (` + strings.Join(engine.ProfileNames(), ", ") + `).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p, err := engine.LookupProfile(profile)
+			if err != nil {
+				return err
+			}
+			ecfg.Profile = p
+			scfg.Engine = ecfg
+			scfg.Model = model
+			scfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			srv, err := server.New(scfg)
+			if err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", listen, err)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			scfg.Logger.Info("engine serving", "addr", l.Addr().String(), "model", model, "profile", p.Name,
+				"kv_blocks", srv.EngineConfig().KVBlocks, "time_scale", scfg.TimeScale)
+			return srv.Serve(ctx, l)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:8000", "HTTP listen address")
+	f.StringVar(&model, "model", "meta-llama/Llama-3.1-8B-Instruct", "served model name")
+	f.StringVar(&profile, "profile", engine.DefaultProfile, "hardware/model timing profile")
+	f.IntVar(&ecfg.KVBlocks, "kv-blocks", 0, "KV-cache blocks (default: the profile's)")
+	f.IntVar(&ecfg.BlockSize, "block-size", 0, "tokens per KV block (default: the profile's, 16)")
+	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 0, "most sequences running at once (default: the profile's)")
+	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "token budget per step (default: the profile's)")
+	f.StringVar(&scfg.MetricsStyle, "metrics-style", "vllm", "metric names: vllm or sglang")
+	f.Float64Var(&scfg.TimeScale, "time-scale", 1, "run the model this many times faster than real time")
+	f.Uint64Var(&scfg.Seed, "seed", 1, "seed for output text and fault injection")
+	f.IntVar(&scfg.DefaultMaxTokens, "default-max-tokens", 256, "tokens generated when a request sets no limit")
+	f.Float64Var(&scfg.Faults.ErrorRate, "fault-error-rate", 0, "fraction of requests answered 500 (testing)")
+	f.Float64Var(&scfg.Faults.HangRate, "fault-hang-rate", 0, "fraction of requests never answered (testing)")
+	f.Float64Var(&scfg.Faults.StallRate, "fault-stall-rate", 0, "fraction of streams that stall (testing)")
+	f.IntVar(&scfg.Faults.StallAfter, "fault-stall-after", 5, "tokens sent before a stalled stream goes silent")
+	f.IntVar(&scfg.Faults.ExitAfter, "fault-exit-after", 0, "exit after accepting this many requests (testing; 0 = never)")
+	return cmd
+}

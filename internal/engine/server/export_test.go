@@ -1,0 +1,40 @@
+package server
+
+import (
+	"context"
+	"net/http/httptest"
+	"testing"
+
+	"skywalker/internal/engine"
+)
+
+// StartForTest runs a server with the given profile on a loopback listener
+// for the test's lifetime and returns it with its base URL. Zero fields of
+// cfg get test defaults: model "test-model", the A100 profile unless one is
+// named, 50× real time.
+func StartForTest(tb testing.TB, profile string, cfg Config) (*Server, string) {
+	tb.Helper()
+	if cfg.Model == "" {
+		cfg.Model = "test-model"
+	}
+	if profile == "" {
+		profile = "llama3-8b-a100"
+	}
+	p, err := engine.LookupProfile(profile)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Engine.Profile = p
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 50
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go srv.Run(ctx)
+	hs := httptest.NewServer(srv.Handler())
+	tb.Cleanup(func() { hs.Close(); cancel() })
+	return srv, hs.URL
+}

@@ -1,0 +1,288 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/engine"
+	"skywalker/internal/request"
+)
+
+// Config configures a Server.
+type Config struct {
+	Model  string        // served model name
+	Engine engine.Config // the model's profile and sizes
+	// MetricsStyle is "vllm" (default) or "sglang".
+	MetricsStyle string
+	// TimeScale runs the model faster than real time: 10 means a 100 ms
+	// step takes 10 ms. Default 1. Latencies in responses and metrics are
+	// reported in model time, as a real engine would see them.
+	TimeScale float64
+	// Seed drives the filler text and fault injection.
+	Seed uint64
+	// DefaultMaxTokens is generated when a request sets no limit, as if
+	// the model stopped there on its own (finish_reason "stop"). Default 256.
+	DefaultMaxTokens int
+	// MaxBodyBytes bounds request bodies. Default 16 MiB.
+	MaxBodyBytes int
+	// Request hashing; must match the router's for prefix reuse to line up.
+	Parse  request.Options
+	Faults Faults
+	Logger *slog.Logger
+	// Exit ends the process for Faults.ExitAfter; default os.Exit.
+	Exit func(code int)
+}
+
+// Faults inject failures for tests. All are off at their zero values.
+type Faults struct {
+	ErrorRate  float64 // fraction of requests answered 500 before any output
+	HangRate   float64 // fraction accepted and never answered
+	StallRate  float64 // fraction that stop streaming after StallAfter tokens
+	StallAfter int
+	// ExitAfter: once this many requests were accepted, the next one
+	// makes the process exit at once, mid-flight for everyone else.
+	ExitAfter int
+}
+
+// Server is a simulated vLLM-compatible inference server.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	mu       sync.Mutex // guards eng, rng and every stream
+	eng      *engine.Engine
+	rng      *rand.Rand
+	wake     chan struct{}
+	clock    clock
+	metrics  *metrics
+	nextID   atomic.Uint64
+	accepted atomic.Int64
+	handler  http.Handler
+}
+
+// New returns a server; call Run to start its engine loop.
+func New(cfg Config) (*Server, error) {
+	if !validModelName(cfg.Model) {
+		return nil, fmt.Errorf("server: model name %q must be 1-128 characters of letters, digits and ._:/-", cfg.Model)
+	}
+	if cfg.TimeScale <= 0 {
+		cfg.TimeScale = 1
+	}
+	if cfg.DefaultMaxTokens <= 0 {
+		cfg.DefaultMaxTokens = 256
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = request.DefaultMaxBodyBytes
+	}
+	switch cfg.MetricsStyle {
+	case "":
+		cfg.MetricsStyle = "vllm"
+	case "vllm", "sglang":
+	default:
+		return nil, fmt.Errorf("server: metrics style must be vllm or sglang, not %q", cfg.MetricsStyle)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Exit == nil {
+		cfg.Exit = os.Exit
+	}
+	cfg.Parse.MaxBodyBytes = cfg.MaxBodyBytes
+	s := &Server{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		eng:   engine.New(cfg.Engine),
+		rng:   rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x5eed)),
+		wake:  make(chan struct{}, 1),
+		clock: newClock(cfg.TimeScale),
+	}
+	s.metrics = newMetrics(s)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Chat) })
+	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Completion) })
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.Handle("GET /metrics", s.metrics.handler())
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		apierr.Write(w, apierr.New(apierr.NotFound, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	s.handler = mux
+	return s, nil
+}
+
+// Handler returns the HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// EngineConfig returns the engine's resolved configuration.
+func (s *Server) EngineConfig() engine.Config { return s.eng.Config() }
+
+// Engine runs fn with the engine under the server's lock (for tests and
+// metrics).
+func (s *Server) Engine(fn func(*engine.Engine)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn(s.eng)
+}
+
+// Serve runs the engine loop and serves HTTP on l until ctx is done, then
+// shuts down gracefully.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	loopCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	go s.Run(loopCtx)
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shutdown); err != nil {
+		_ = hs.Close()
+	}
+	return nil
+}
+
+// Run is the engine loop: step the model in (scaled) real time until ctx
+// is done.
+func (s *Server) Run(ctx context.Context) {
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var lastEnd time.Time
+	for {
+		s.mu.Lock()
+		now := s.clock.model(time.Now())
+		if now.Before(lastEnd) {
+			now = lastEnd
+		}
+		d, ok := s.eng.BeginStep(now)
+		s.mu.Unlock()
+		if !ok {
+			select {
+			case <-s.wake:
+				continue
+			case <-ctx.Done():
+				return
+			}
+		}
+		end := now.Add(d)
+		timer.Reset(time.Until(s.clock.real(end)))
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			return
+		}
+		s.mu.Lock()
+		s.eng.EndStep(end, sink{s})
+		s.mu.Unlock()
+		lastEnd = end
+	}
+}
+
+func validModelName(name string) bool {
+	if name == "" || len(name) > 128 {
+		return false
+	}
+	for _, c := range name {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '/' || c == '-'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Server) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// clock maps real time to model time: model = base + (real − start)·scale.
+type clock struct {
+	start time.Time
+	base  time.Time
+	scale float64
+}
+
+func newClock(scale float64) clock {
+	now := time.Now()
+	return clock{start: now, base: now, scale: scale}
+}
+
+func (c clock) model(real time.Time) time.Time {
+	return c.base.Add(time.Duration(float64(real.Sub(c.start)) * c.scale))
+}
+
+func (c clock) real(model time.Time) time.Time {
+	return c.start.Add(time.Duration(float64(model.Sub(c.base)) / c.scale))
+}
+
+// stream is one request's view of its sequence, updated by the engine
+// loop and read by the request's handler, both under Server.mu.
+type stream struct {
+	seq    *engine.Sequence
+	notify chan struct{} // capacity 1: "something changed"
+	done   bool
+	last   time.Time // model time of the latest token, for inter-token latency
+}
+
+// sink feeds engine events to streams and metrics (called under Server.mu).
+type sink struct{ s *Server }
+
+func (k sink) FirstToken(seq *engine.Sequence, now time.Time) {
+	st := seq.Data.(*stream)
+	k.s.metrics.observeTTFT(now.Sub(seq.Arrival))
+	st.last = now
+	st.signal()
+}
+
+func (k sink) Token(seq *engine.Sequence, now time.Time) {
+	st := seq.Data.(*stream)
+	k.s.metrics.observeITL(now.Sub(st.last))
+	st.last = now
+	st.signal()
+}
+
+func (k sink) Finished(seq *engine.Sequence, now time.Time) {
+	st := seq.Data.(*stream)
+	st.done = true
+	k.s.metrics.observeE2E(now.Sub(seq.Arrival))
+	st.signal()
+}
+
+func (st *stream) signal() {
+	select {
+	case st.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (s *Server) chance(p float64) bool {
+	if p <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rng.Float64() < p
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	body := fmt.Sprintf(`{"object":"list","data":[{"id":%s,"object":"model","created":%d,"owned_by":"skywalker","root":%s,"max_model_len":%d}]}`,
+		strconv.Quote(s.cfg.Model), s.clock.start.Unix(), strconv.Quote(s.cfg.Model), s.eng.Config().MaxModelLen)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write([]byte(body))
+}
