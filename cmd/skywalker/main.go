@@ -30,6 +30,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newExplainCommand(), newEngineCommand())
+	root.AddCommand(newExplainCommand(), newEngineCommand(), newSimCommand())
 	return root
 }

@@ -154,9 +154,17 @@ func (b *Balancer) position(priority int) int {
 // forwarded, rejected, or stays held with a fresh reason. It first expires
 // requests past their deadline. It returns how many requests left.
 func (b *Balancer) Pump(now time.Time, env Env) int {
+	return b.PumpDepth(now, env, b.cfg.ScanDepth)
+}
+
+// PumpDepth is Pump with its own scan depth: after a replica frees one
+// slot, depth 1 (hand the slot to the head, stop at the first request that
+// stays held) is enough; after peers' state changes, a deeper scan lets
+// held requests move elsewhere.
+func (b *Balancer) PumpDepth(now time.Time, env Env, depth int) int {
 	left := b.Expire(now, env)
 	stillHeld := 0
-	for i := 0; i < len(b.queue) && stillHeld < b.cfg.ScanDepth; {
+	for i := 0; i < len(b.queue) && stillHeld < max(depth, 1); {
 		h := b.queue[i]
 		v := env.View(h.req)
 		v.Local.Queued = i

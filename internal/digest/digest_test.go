@@ -26,8 +26,8 @@ func TestBuildFromIndexAndMatch(t *testing.T) {
 	a, _ := x.AddTarget("a", 1<<20)
 	b, _ := x.AddTarget("b", 1<<20)
 	long, short := chain(1, 800), chain(2, 40)
-	x.Insert(a, long)
-	x.Insert(b, short[:10])
+	x.Insert(a, long, nil)
+	x.Insert(b, short[:10], nil)
 	d := Build(x, "eu-west", "node-1", 7, 10_000, 0)
 
 	tests := []struct {

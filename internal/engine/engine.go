@@ -166,6 +166,19 @@ func (e *Engine) Abort(s *Sequence) {
 	}
 }
 
+// ForEach calls fn for every sequence in the engine, running then waiting
+// (a crashed replica's driver uses it to recover or fail its requests).
+func (e *Engine) ForEach(fn func(*Sequence)) {
+	for _, s := range e.running {
+		if s.state == stateRunning {
+			fn(s)
+		}
+	}
+	for _, s := range e.waiting[e.waitHead:] {
+		fn(s)
+	}
+}
+
 // Busy reports whether a step is in progress (between BeginStep and EndStep).
 func (e *Engine) Busy() bool { return e.busy }
 

@@ -50,10 +50,10 @@ func newBenchWorld() *benchWorld {
 		w.targets = append(w.targets, t)
 	}
 	for i := 0; w.index.Len() < benchEntries; i++ {
-		w.index.Insert(w.targets[i%benchReplicas], benchChain(uint64(i), benchBlocks))
+		w.index.Insert(w.targets[i%benchReplicas], benchChain(uint64(i), benchBlocks), nil)
 	}
 	blocks := benchChain(1<<40, benchBlocks)
-	w.index.Insert(w.targets[3], blocks)
+	w.index.Insert(w.targets[3], blocks, nil)
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, region := range []string{"eu-west", "ap-east"} {
 		d := digest.New(region, "", 1, benchEntries, 0.01)
@@ -128,7 +128,7 @@ func BenchmarkRouteIndexMemory(b *testing.B) {
 			ts = append(ts, t)
 		}
 		for i := 0; x.Len() < benchEntries; i++ {
-			x.Insert(ts[i%benchReplicas], benchChain(uint64(i), benchBlocks))
+			x.Insert(ts[i%benchReplicas], benchChain(uint64(i), benchBlocks), nil)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

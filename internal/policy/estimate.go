@@ -55,8 +55,13 @@ func (e *EWMA) Seen() bool { return e.seen }
 
 // PerRequestWait turns a smoothed per-request service time into how much
 // the queue wait grows per request ahead: with slots requests served at
-// once, one slot frees every service/slots on average.
+// once, one slot frees every service/slots on average (Little's law). Pass
+// the concurrency the replicas actually sustain (their running counts),
+// not a configured cap: an engine whose KV cache is full serves far fewer
+// requests at once than max-num-seqs allows.
 func PerRequestWait(service time.Duration, slots int) time.Duration {
+	// Concurrency is a count of requests; clamp so an idle region
+	// estimates one request at a time per replica.
 	if slots <= 0 {
 		return service
 	}

@@ -90,7 +90,8 @@ type LocalRegion struct {
 	// queue (the balancer fills it in).
 	Queued int
 	// PerRequestWait is how much longer the wait gets per request ahead in
-	// the queue: the smoothed service time divided by the dispatch slots.
+	// the queue: by Little's law, the smoothed service time divided by the
+	// requests the region serves at once (see PerRequestWait).
 	PerRequestWait time.Duration
 	Prefill        PrefillProfile
 }
@@ -117,12 +118,17 @@ type Replica struct {
 // includes other balancers' traffic, but is as old as the last scrape).
 func (r *Replica) Load() int { return max(r.InFlight, r.Waiting+r.Running) }
 
+// MaxDispatchKVUsage is the KV-cache usage above which a replica is
+// treated as full: a new prompt would wait in the engine for blocks.
+const MaxDispatchKVUsage = 0.95
+
 // HasRoom reports whether the balancer may dispatch to the replica now: it
-// is healthy, its own waiting queue is empty, and it is under its cap. This
-// is "selective pushing": a request that cannot start at once stays in the
-// balancer's queue, where it can still be routed elsewhere.
+// is healthy, its own waiting queue is empty, its KV cache is not full, and
+// it is under its in-flight cap. This is "selective pushing": a request
+// that cannot start at once stays in the balancer's queue, where it can
+// still be routed elsewhere.
 func (r *Replica) HasRoom() bool {
-	return r.Healthy && r.Waiting == 0 && (r.MaxInFlight <= 0 || r.InFlight < r.MaxInFlight)
+	return r.Healthy && r.Waiting == 0 && r.KVUsage < MaxDispatchKVUsage && (r.MaxInFlight <= 0 || r.InFlight < r.MaxInFlight)
 }
 
 // QueueWait estimates how long a request arriving now waits before a local

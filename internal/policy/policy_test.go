@@ -136,15 +136,34 @@ func TestSkywalkerEstimatesFollowTheRule(t *testing.T) {
 
 func TestSkywalkerPrefersTheLongestPrefixWithinTheLoadMargin(t *testing.T) {
 	rs := []Replica{
-		{Name: "a", Healthy: true, InFlight: 1, MaxInFlight: 8},
-		{Name: "b", Healthy: true, InFlight: 4, MaxInFlight: 8, PrefixBlocks: 20},
-		{Name: "c", Healthy: true, InFlight: 7, MaxInFlight: 8, PrefixBlocks: 34},
+		{Name: "a", Healthy: true, InFlight: 1, MaxInFlight: 64},
+		{Name: "b", Healthy: true, InFlight: 4, MaxInFlight: 64, PrefixBlocks: 20},
+		{Name: "c", Healthy: true, InFlight: 7, MaxInFlight: 64, PrefixBlocks: 34},
 	}
 	v := &View{Local: LocalRegion{Name: "us-east", Replicas: rs, Prefill: fastPrefill}}
-	d := NewSkywalker(DefaultSkywalkerConfig()).Route(exampleRequest(), v)
+	cfg := DefaultSkywalkerConfig()
+	cfg.LoadMargin = 4
+	d := NewSkywalker(cfg).Route(exampleRequest(), v)
 	// c holds more but is 6 above the least loaded (margin 4); b is within.
 	if d.Action != Dispatch || d.Replica != 1 || d.Reason != ReasonPrefix {
 		t.Errorf("got %+v, want replica b for its prefix", d)
+	}
+}
+
+func TestSkywalkerWaitsForTheReplicaHoldingALongPrefix(t *testing.T) {
+	// a is free but cold; b is at its cap but holds all 34 blocks. A slot
+	// frees on b every 2 × 10 ms, far less than the 97 ms prefill a needs.
+	rs := []Replica{
+		{Name: "a", Healthy: true, InFlight: 6, MaxInFlight: 8},
+		{Name: "b", Healthy: true, InFlight: 8, MaxInFlight: 8, PrefixBlocks: 34},
+	}
+	v := &View{Local: LocalRegion{Name: "us-east", Replicas: rs, Prefill: fastPrefill, PerRequestWait: 10 * time.Millisecond}}
+	if d := NewSkywalker(DefaultSkywalkerConfig()).Route(exampleRequest(), v); d.Action != Hold {
+		t.Errorf("got %s to %d, want hold for b", d.Action, d.Replica)
+	}
+	v.Local.PerRequestWait = time.Second // b frees too slowly: take a now
+	if d := NewSkywalker(DefaultSkywalkerConfig()).Route(exampleRequest(), v); d.Action != Dispatch || d.Replica != 0 {
+		t.Errorf("got %s to %d, want dispatch to a", d.Action, d.Replica)
 	}
 }
 

@@ -125,12 +125,17 @@ func (x *Index) TargetLen(t Target) int { return x.targets[t].count }
 // root of a prefix is always more recent than its descendants and eviction
 // removes leaves before roots: every target's set stays prefix-closed, which
 // is what lets Match bisect instead of scanning.
-func (x *Index) Insert(t Target, blocks []uint64) {
+//
+// added, if not nil, is called for each block no target held before: what
+// a digest of the whole index must learn.
+func (x *Index) Insert(t Target, blocks []uint64, added func(hash uint64)) {
 	if x.inUse&(1<<t) == 0 {
 		return
 	}
 	for i := len(blocks) - 1; i >= 0; i-- {
-		x.touch(t, blocks[i])
+		if x.touch(t, blocks[i]) && added != nil {
+			added(blocks[i])
+		}
 	}
 	ts := &x.targets[t]
 	for ts.count > ts.capBlocks {
@@ -138,8 +143,9 @@ func (x *Index) Insert(t Target, blocks []uint64) {
 	}
 }
 
-// touch makes (hash, t) the most recent entry of t, adding it if absent.
-func (x *Index) touch(t Target, hash uint64) {
+// touch makes (hash, t) the most recent entry of t, adding it if absent,
+// and reports whether the block was new to the whole index.
+func (x *Index) touch(t Target, hash uint64) bool {
 	e, ok := x.blocks[hash]
 	if ok && e.mask&(1<<t) != 0 {
 		n := e.first
@@ -148,7 +154,7 @@ func (x *Index) touch(t Target, hash uint64) {
 		}
 		x.unlink(n)
 		x.pushFront(t, n)
-		return
+		return false
 	}
 	n := x.alloc()
 	x.nodes[n] = node{hash: hash, target: t, sibling: e.first}
@@ -157,6 +163,7 @@ func (x *Index) touch(t Target, hash uint64) {
 	x.blocks[hash] = e
 	x.pushFront(t, n)
 	x.targets[t].count++
+	return !ok
 }
 
 // evict removes t's least recently used entry.

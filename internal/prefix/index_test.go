@@ -24,9 +24,9 @@ func TestMatchFindsTheLongestPrefixPerTarget(t *testing.T) {
 	b, _ := x.AddTarget("b", 1<<20)
 	c, _ := x.AddTarget("c", 1<<20)
 	req := chain(1, 10)
-	x.Insert(a, req[:10])
-	x.Insert(b, req[:3])
-	x.Insert(c, chain(2, 5)) // an unrelated prompt
+	x.Insert(a, req[:10], nil)
+	x.Insert(b, req[:3], nil)
+	x.Insert(c, chain(2, 5), nil) // an unrelated prompt
 
 	matched := make([]int, MaxTargets)
 	longest := x.Match(req, matched)
@@ -51,9 +51,9 @@ func TestCapacityEvictsLeastRecentlyUsedLeavesFirst(t *testing.T) {
 	x := New(10)
 	a, _ := x.AddTarget("a", 50) // 5 blocks
 	old := chain(1, 4)
-	x.Insert(a, old)
+	x.Insert(a, old, nil)
 	fresh := chain(2, 3)
-	x.Insert(a, fresh)
+	x.Insert(a, fresh, nil)
 	if x.TargetLen(a) != 5 {
 		t.Fatalf("target holds %d blocks, want its capacity of 5", x.TargetLen(a))
 	}
@@ -73,10 +73,10 @@ func TestTouchingAPrefixProtectsItFromEviction(t *testing.T) {
 	x := New(1)
 	a, _ := x.AddTarget("a", 6)
 	p1, p2 := chain(1, 3), chain(2, 3)
-	x.Insert(a, p1)
-	x.Insert(a, p2)
-	x.Insert(a, p1) // p1 used again: now more recent than p2
-	x.Insert(a, chain(3, 1))
+	x.Insert(a, p1, nil)
+	x.Insert(a, p2, nil)
+	x.Insert(a, p1, nil) // p1 used again: now more recent than p2
+	x.Insert(a, chain(3, 1), nil)
 	matched := make([]int, MaxTargets)
 	x.Match(p1, matched)
 	if matched[a] != 3 {
@@ -93,8 +93,8 @@ func TestForgetAndRemoveTarget(t *testing.T) {
 	a, _ := x.AddTarget("a", 100)
 	b, _ := x.AddTarget("b", 100)
 	p := chain(1, 5)
-	x.Insert(a, p)
-	x.Insert(b, p)
+	x.Insert(a, p, nil)
+	x.Insert(b, p, nil)
 	x.Forget(a)
 	matched := make([]int, MaxTargets)
 	x.Match(p, matched)
@@ -126,7 +126,7 @@ func TestAddTargetFailsPastMaxTargets(t *testing.T) {
 func TestSetCapacityShrinks(t *testing.T) {
 	x := New(1)
 	a, _ := x.AddTarget("a", 10)
-	x.Insert(a, chain(1, 10))
+	x.Insert(a, chain(1, 10), nil)
 	x.SetCapacity(a, 4)
 	if x.TargetLen(a) != 4 {
 		t.Errorf("after shrinking to 4: %d blocks", x.TargetLen(a))
@@ -151,7 +151,7 @@ func TestMatchAgreesWithALinearScan(t *testing.T) {
 		tg := targets[rng.IntN(len(targets))]
 		switch r := rng.IntN(100); {
 		case r < 70:
-			x.Insert(tg, prompt())
+			x.Insert(tg, prompt(), nil)
 		case r < 72:
 			x.Forget(tg)
 		default:
@@ -207,8 +207,22 @@ func populated(n, entries int) (*Index, []uint64) {
 	var last []uint64
 	for i := 0; x.Len() < entries; i++ {
 		last = chain(uint64(i), 800)
-		x.Insert(ts[i%n], last)
-		x.Insert(ts[(i+1)%n], last[:200])
+		x.Insert(ts[i%n], last, nil)
+		x.Insert(ts[(i+1)%n], last[:200], nil)
 	}
 	return x, last
+}
+
+func TestInsertReportsBlocksNewToTheIndex(t *testing.T) {
+	x := New(1)
+	a, _ := x.AddTarget("a", 100)
+	b, _ := x.AddTarget("b", 100)
+	var added []uint64
+	record := func(h uint64) { added = append(added, h) }
+	p := chain(1, 4)
+	x.Insert(a, p[:2], record)
+	x.Insert(b, p, record) // p[0], p[1] already held by a
+	if len(added) != 4 {
+		t.Errorf("reported %d new blocks, want 4 (each block once)", len(added))
+	}
 }

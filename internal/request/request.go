@@ -79,11 +79,9 @@ type TraceRecord struct {
 // digests as parsed ones.
 func FromTrace(rec TraceRecord, seed uint64) *Request {
 	blocks := make([]uint64, len(rec.BlockIDs))
-	var buf [8]byte
 	parent := seed
 	for i, id := range rec.BlockIDs {
-		binary.LittleEndian.PutUint64(buf[:], id)
-		parent = chainHash(parent, seed, buf[:])
+		parent = ChainBlockID(parent, id, seed)
 		blocks[i] = parent
 	}
 	return &Request{
@@ -93,6 +91,14 @@ func FromTrace(rec TraceRecord, seed uint64) *Request {
 		BlockTokens:  rec.BlockTokens,
 		Session:      rec.Session,
 	}
+}
+
+// ChainBlockID extends a hash chain (whose empty parent is seed) by one
+// block known only by an id, as FromTrace does for every id.
+func ChainBlockID(parent, id, seed uint64) uint64 {
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], id)
+	return chainHash(parent, seed, buf[:])
 }
 
 // chainHash hashes one block together with its parent's hash: the parent is

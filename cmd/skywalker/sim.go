@@ -1,0 +1,231 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"skywalker/internal/report"
+	"skywalker/internal/sim"
+	"skywalker/scenarios"
+)
+
+func newSimCommand() *cobra.Command {
+	var (
+		scenario, policies, format, out, sweep, trace string
+		seed                                          uint64
+		quiet                                         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate a multi-region workload under every routing policy and compare them",
+		Long: `sim replays a scenario (built in: ` + strings.Join(scenarios.Names(), ", ") + `, or a YAML file)
+through the decision core and the engine model on a virtual clock, once per
+policy on identical arrivals, and reports latency, throughput, goodput, SLO
+attainment, cache hit rate and cross-region traffic.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sc, err := loadScenario(scenario)
+			if err != nil {
+				return err
+			}
+			opt := sim.Options{Seed: seed, Trace: trace}
+			if policies != "" {
+				opt.Policies = strings.Split(policies, ",")
+			}
+			scales := []float64{1}
+			if sweep != "" {
+				if scales, err = parseSweep(sweep); err != nil {
+					return err
+				}
+			}
+			switch format {
+			case "table", "json", "markdown":
+			default:
+				return fmt.Errorf("--format must be table, json or markdown, not %q", format)
+			}
+			names := opt.Policies
+			if len(names) == 0 {
+				names = sc.PolicyNames()
+			}
+			progress := newProgress(cmd.ErrOrStderr(), len(names)*len(scales), quiet)
+			defer progress.finish()
+			opt.Progress = func(int, int, *sim.Result) { progress.add() }
+			var points []report.SweepPoint
+			for _, scale := range scales {
+				opt.RateScale = scale
+				rep, err := sim.Compare(sc, opt)
+				if err != nil {
+					return err
+				}
+				points = append(points, report.SweepPoint{RateScale: scale, Report: rep})
+			}
+			progress.finish()
+			w := cmd.OutOrStdout()
+			if err := writeSim(w, format, points); err != nil {
+				return err
+			}
+			if out != "" {
+				return writeSimDir(out, points)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&scenario, "scenario", "quickstart", "built-in scenario name or YAML file")
+	f.StringVar(&policies, "policies", "", "comma-separated policies (default: the scenario's, else all seven)")
+	f.Uint64Var(&seed, "seed", 0, "random seed (default: the scenario's)")
+	f.StringVar(&format, "format", "table", "output: table, json or markdown")
+	f.StringVar(&out, "out", "", "directory for results.json, report.md and SVG plots")
+	f.StringVar(&sweep, "sweep", "", "offered-load sweep, rate=LO:HI:STEPS (multiples of the scenario's rate)")
+	f.StringVar(&trace, "trace", "", "trace file for replay scenarios (default: the scenario's, looked up in ../shared/traces)")
+	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	return cmd
+}
+
+func loadScenario(name string) (*sim.Scenario, error) {
+	data, err := scenarios.Get(name)
+	if err != nil {
+		var ferr error
+		if data, ferr = os.ReadFile(name); ferr != nil {
+			return nil, fmt.Errorf("%v; and as a file: %w", err, ferr)
+		}
+	}
+	return sim.ParseScenario(data)
+}
+
+// parseSweep reads rate=LO:HI:STEPS.
+func parseSweep(s string) ([]float64, error) {
+	spec, ok := strings.CutPrefix(s, "rate=")
+	parts := strings.Split(spec, ":")
+	if !ok || len(parts) != 3 {
+		return nil, fmt.Errorf("--sweep %q: want rate=LO:HI:STEPS", s)
+	}
+	lo, err1 := strconv.ParseFloat(parts[0], 64)
+	hi, err2 := strconv.ParseFloat(parts[1], 64)
+	steps, err3 := strconv.Atoi(parts[2])
+	if err1 != nil || err2 != nil || err3 != nil || lo <= 0 || hi < lo || steps < 1 || steps > 50 {
+		return nil, fmt.Errorf("--sweep %q: want 0 < LO <= HI and 1 <= STEPS <= 50", s)
+	}
+	if steps == 1 {
+		return []float64{lo}, nil
+	}
+	out := make([]float64, steps)
+	for i := range out {
+		out[i] = lo + (hi-lo)*float64(i)/float64(steps-1)
+	}
+	return out, nil
+}
+
+func writeSim(w io.Writer, format string, points []report.SweepPoint) error {
+	if len(points) > 1 {
+		if format == "json" {
+			return report.JSON(w, map[string]any{"scenario": points[0].Report.Scenario, "seed": points[0].Report.Seed, "sweep": points})
+		}
+		for _, p := range points {
+			fmt.Fprintf(w, "offered load ×%.2f\n", p.RateScale)
+			if err := writeSim(w, format, []report.SweepPoint{p}); err != nil {
+				return err
+			}
+			fmt.Fprintln(w)
+		}
+		return nil
+	}
+	switch format {
+	case "json":
+		return report.JSON(w, points[0].Report)
+	case "markdown":
+		return report.Markdown(w, points[0].Report)
+	default:
+		return report.Table(w, points[0].Report)
+	}
+}
+
+func writeSimDir(dir string, points []report.SweepPoint) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", dir, err)
+	}
+	var js, md bytes.Buffer
+	if err := writeSim(&js, "json", points); err != nil {
+		return err
+	}
+	if err := writeSim(&md, "markdown", points); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), js.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.md"), md.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	_, err := report.Plots(dir, points[len(points)/2].Report, points)
+	return err
+}
+
+// progress shows a bar on a terminal once a run has taken more than two
+// seconds; it stays silent on pipes and with --quiet.
+type progress struct {
+	mu    sync.Mutex
+	bar   *progressbar.ProgressBar
+	done  int
+	total int
+	w     io.Writer
+	timer *time.Timer
+	show  bool
+}
+
+func newProgress(w io.Writer, total int, quiet bool) *progress {
+	p := &progress{total: total, w: w}
+	if quiet || !isTerminal(w) {
+		return p
+	}
+	p.timer = time.AfterFunc(2*time.Second, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.done < p.total {
+			p.bar = progressbar.NewOptions(p.total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("simulating"),
+				progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+			_ = p.bar.Set(p.done)
+		}
+	})
+	return p
+}
+
+func (p *progress) add() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done++
+	if p.bar != nil {
+		_ = p.bar.Add(1)
+	}
+}
+
+func (p *progress) finish() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	if p.bar != nil {
+		_ = p.bar.Finish()
+		p.bar = nil
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

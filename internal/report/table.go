@@ -1,0 +1,141 @@
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"skywalker/internal/sim"
+)
+
+// column is one column of the results table.
+type column struct {
+	head string
+	cell func(*sim.Result) string
+}
+
+func f1(x float64) string  { return fmt.Sprintf("%.1f", x) }
+func f0(x float64) string  { return fmt.Sprintf("%.0f", x) }
+func pct(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }
+
+var columns = []column{
+	{"policy", func(r *sim.Result) string { return r.Policy }},
+	{"requests", func(r *sim.Result) string { return fmt.Sprint(r.Requests) }},
+	{"completed", func(r *sim.Result) string { return fmt.Sprint(r.Completed) }},
+	{"dropped", func(r *sim.Result) string { return fmt.Sprint(r.Dropped) }},
+	{"TTFT p50 ms", func(r *sim.Result) string { return f0(r.TTFTP50Ms) }},
+	{"TTFT p90 ms", func(r *sim.Result) string { return f0(r.TTFTP90Ms) }},
+	{"TTFT p99 ms", func(r *sim.Result) string { return f0(r.TTFTP99Ms) }},
+	{"E2E p50 ms", func(r *sim.Result) string { return f0(r.E2EP50Ms) }},
+	{"E2E p99 ms", func(r *sim.Result) string { return f0(r.E2EP99Ms) }},
+	{"TPOT ms", func(r *sim.Result) string { return f1(r.TPOTMs) }},
+	{"out tok/s", func(r *sim.Result) string { return f0(r.ThroughputTokS) }},
+	{"(in+2out) tok/s", func(r *sim.Result) string { return f0(r.PaperThroughput) }},
+	{"goodput rps", func(r *sim.Result) string { return fmt.Sprintf("%.2f", r.GoodputRPS) }},
+	{"SLO", func(r *sim.Result) string { return pct(r.SLOAttainment) }},
+	{"cache hit", func(r *sim.Result) string { return pct(r.CacheHitRate) }},
+	{"cross-region", func(r *sim.Result) string { return pct(r.CrossRegion) }},
+	{"utilization", func(r *sim.Result) string { return utilization(r) }},
+}
+
+func utilization(r *sim.Result) string {
+	names := make([]string, 0, len(r.Utilization))
+	for n := range r.Utilization {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.0f%%", n, 100*r.Utilization[n])
+	}
+	return strings.Join(parts, " ")
+}
+
+// Table writes the results as an aligned text table.
+func Table(w io.Writer, rep *sim.Report) error {
+	fmt.Fprintf(w, "scenario %s, seed %d, lengths from %s\n\n", rep.Scenario, rep.Seed, rep.Lengths)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for i, c := range columns {
+		sep := "\t"
+		if i == len(columns)-1 {
+			sep = "\t\n"
+		}
+		fmt.Fprint(tw, c.head+sep)
+	}
+	for _, r := range rep.Results {
+		for i, c := range columns {
+			sep := "\t"
+			if i == len(columns)-1 {
+				sep = "\t\n"
+			}
+			fmt.Fprint(tw, c.cell(r)+sep)
+		}
+	}
+	return tw.Flush()
+}
+
+// Markdown writes the results as a Markdown table with the ratios of
+// SkyWalker against each policy, as the README shows them.
+func Markdown(w io.Writer, rep *sim.Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Scenario `%s`, seed %d, prompt/output lengths from %s.\n\n", rep.Scenario, rep.Seed, rep.Lengths)
+	b.WriteString("|")
+	for _, c := range columns {
+		b.WriteString(" " + c.head + " |")
+	}
+	b.WriteString("\n|")
+	for i := range columns {
+		if i == 0 {
+			b.WriteString("---|")
+		} else {
+			b.WriteString("---:|")
+		}
+	}
+	b.WriteString("\n")
+	for _, r := range rep.Results {
+		b.WriteString("|")
+		for _, c := range columns {
+			b.WriteString(" " + c.cell(r) + " |")
+		}
+		b.WriteString("\n")
+	}
+	if sw := find(rep, "skywalker"); sw != nil && len(rep.Results) > 1 {
+		b.WriteString("\nSkyWalker against each policy (× better; above 1 means SkyWalker wins):\n\n")
+		b.WriteString("| policy | TTFT p50 | TTFT p99 | goodput | (in+2out) throughput |\n|---|---:|---:|---:|---:|\n")
+		for _, r := range rep.Results {
+			if r == sw {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Policy, ratio(r.TTFTP50Ms, sw.TTFTP50Ms), ratio(r.TTFTP99Ms, sw.TTFTP99Ms),
+				ratio(sw.GoodputRPS, r.GoodputRPS), ratio(sw.PaperThroughput, r.PaperThroughput))
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ratio(num, den float64) string {
+	if den <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", num/den)
+}
+
+func find(rep *sim.Report, policy string) *sim.Result {
+	for _, r := range rep.Results {
+		if r.Policy == policy {
+			return r
+		}
+	}
+	return nil
+}
+
+// JSON writes the report as indented JSON.
+func JSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

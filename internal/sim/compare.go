@@ -1,0 +1,101 @@
+package sim
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"skywalker/internal/policy"
+)
+
+// Report is every policy's result on one scenario.
+type Report struct {
+	Scenario string    `json:"scenario"`
+	Seed     uint64    `json:"seed"`
+	Lengths  string    `json:"lengths,omitempty"`
+	Results  []*Result `json:"results"`
+}
+
+// Options adjust a comparison run.
+type Options struct {
+	Policies  []string // default: the scenario's, or all
+	Seed      uint64   // 0: the scenario's
+	Trace     string   // override the scenario's trace file
+	RateScale float64  // multiplies the diurnal peak rate or the replay speed; 0 means 1
+	Parallel  int      // policies simulated at once; default GOMAXPROCS
+	// Progress, if set, is called as each policy finishes.
+	Progress func(done, total int, res *Result)
+}
+
+// Compare runs the scenario once per policy on identical arrivals and
+// returns the results in policy order.
+func Compare(s *Scenario, opt Options) (*Report, error) {
+	sc := *s
+	if opt.Seed != 0 {
+		sc.Seed = opt.Seed
+	}
+	if opt.RateScale > 0 {
+		sc.Workload.PeakRPS *= opt.RateScale
+		if sc.Workload.Speedup == 0 {
+			sc.Workload.Speedup = 1
+		}
+		sc.Workload.Speedup *= opt.RateScale
+	}
+	names := opt.Policies
+	if len(names) == 0 {
+		names = sc.PolicyNames()
+	}
+	cfg, wl, err := sc.Build(opt.Trace)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		if _, err := policy.New(n, *cfg.PolicyConfig); err != nil {
+			return nil, err
+		}
+	}
+	parallel := opt.Parallel
+	if parallel <= 0 {
+		parallel = runtime.GOMAXPROCS(0)
+	}
+	rep := &Report{Scenario: sc.Name, Seed: sc.Seed, Lengths: wl.Lengths, Results: make([]*Result, len(names))}
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, parallel)
+	var mu sync.Mutex
+	done := 0
+	var wg sync.WaitGroup
+	for i := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			src, err := wl.Source()
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			c := cfg
+			c.Policy = names[i]
+			res, err := Run(c, src, wl.Span, wl.BlockTokens)
+			if err != nil {
+				errs[i] = fmt.Errorf("policy %s: %w", names[i], err)
+				return
+			}
+			rep.Results[i] = res
+			mu.Lock()
+			done++
+			if opt.Progress != nil {
+				opt.Progress(done, len(names), res)
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}

@@ -1,0 +1,330 @@
+package sim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"skywalker/internal/balancer"
+	"skywalker/internal/engine"
+	"skywalker/internal/policy"
+	"skywalker/internal/workload"
+)
+
+// Scenario is a simulation described in YAML (see scenarios/*.yaml).
+type Scenario struct {
+	Name        string           `yaml:"name"`
+	Description string           `yaml:"description"`
+	Seed        uint64           `yaml:"seed"`
+	Regions     []ScenarioRegion `yaml:"regions"`
+	RTT         []ScenarioLink   `yaml:"rtt"`
+	JitterMs    float64          `yaml:"rtt_jitter_ms"`
+	SLO         ScenarioSLO      `yaml:"slo"`
+	Policies    []string         `yaml:"policies"`
+	Balancer    ScenarioBalancer `yaml:"balancer"`
+	Control     ScenarioControl  `yaml:"control_plane"`
+	Workload    ScenarioWorkload `yaml:"workload"`
+	Faults      []ScenarioFault  `yaml:"faults"`
+}
+
+// ScenarioRegion is one region.
+type ScenarioRegion struct {
+	Name         string  `yaml:"name"`
+	Replicas     int     `yaml:"replicas"`
+	Profile      string  `yaml:"profile"`
+	UTCOffset    float64 `yaml:"utc_offset"`
+	Jurisdiction string  `yaml:"jurisdiction"`
+	Weight       float64 `yaml:"weight"`
+	MaxNumSeqs   int     `yaml:"max_num_seqs"` // engine --max-num-seqs; default the profile's
+	KVBlocks     int     `yaml:"kv_blocks"`    // engine KV blocks; default the profile's
+}
+
+// ScenarioLink is the RTT of one pair of regions.
+type ScenarioLink struct {
+	A  string  `yaml:"a"`
+	B  string  `yaml:"b"`
+	Ms float64 `yaml:"ms"`
+}
+
+// ScenarioSLO is the latency objective.
+type ScenarioSLO struct {
+	TTFT time.Duration `yaml:"ttft"`
+}
+
+// ScenarioBalancer tunes every region's balancer queue.
+type ScenarioBalancer struct {
+	MaxQueue    int           `yaml:"max_queue"`
+	MaxWait     time.Duration `yaml:"max_wait"`
+	MaxInFlight int           `yaml:"max_in_flight"`
+}
+
+// ScenarioControl tunes the simulated control plane.
+type ScenarioControl struct {
+	Refresh        time.Duration `yaml:"refresh"`
+	DigestInterval time.Duration `yaml:"digest_interval"`
+	Scrape         time.Duration `yaml:"scrape"`
+	// MaxWANRTT is the WAN gate threshold (MAX_WAN_RTT_THRESHOLD_MS): links
+	// slower than this are closed to forwarding. Default 120 ms.
+	MaxWANRTT time.Duration `yaml:"max_wan_rtt"`
+}
+
+// ScenarioWorkload is the demand: a diurnal generator or a trace replay.
+type ScenarioWorkload struct {
+	Kind string `yaml:"kind"` // diurnal, mooncake, azure
+
+	// diurnal
+	Day                time.Duration `yaml:"day"`
+	Duration           time.Duration `yaml:"duration"`
+	StartHour          float64       `yaml:"start_hour"`
+	PeakRPS            float64       `yaml:"peak_rps"`
+	ValleyRatio        float64       `yaml:"valley_ratio"`
+	PeakHour           float64       `yaml:"peak_hour"`
+	MeanTurns          float64       `yaml:"mean_turns"`
+	ThinkTime          time.Duration `yaml:"think_time"`
+	FollowUpShare      float64       `yaml:"follow_up_share"`
+	Tenants            int           `yaml:"tenants"`
+	TenantPromptTokens int           `yaml:"tenant_prompt_tokens"`
+	ResidencyShare     float64       `yaml:"residency_share"`
+	MaxPromptTokens    int           `yaml:"max_prompt_tokens"`
+	MaxOutputTokens    int           `yaml:"max_output_tokens"`
+	Lengths            string        `yaml:"lengths"` // an Azure trace file name, or "synthetic"
+	BlockTokens        int           `yaml:"block_tokens"`
+	Bursts             []struct {
+		Region     string        `yaml:"region"`
+		At         time.Duration `yaml:"at"`
+		Duration   time.Duration `yaml:"duration"`
+		Multiplier float64       `yaml:"multiplier"`
+	} `yaml:"bursts"`
+
+	// trace replay
+	Trace   string  `yaml:"trace"`
+	Speedup float64 `yaml:"speedup"`
+	Assign  string  `yaml:"assign"`
+	Limit   int     `yaml:"limit"` // replay at most this many records; 0 for all
+}
+
+// ScenarioFault is one fault on the timeline.
+type ScenarioFault struct {
+	Kind     string        `yaml:"kind"`
+	At       time.Duration `yaml:"at"`
+	Duration time.Duration `yaml:"duration"`
+	Region   string        `yaml:"region"`
+	Replica  int           `yaml:"replica"`
+	A        string        `yaml:"a"`
+	B        string        `yaml:"b"`
+	Ms       float64       `yaml:"ms"`
+}
+
+const maxScenarioBytes = 1 << 20
+
+// ParseScenario reads a scenario strictly: unknown fields, wrong types and
+// inconsistent values are errors that name the field.
+func ParseScenario(data []byte) (*Scenario, error) {
+	if len(data) > maxScenarioBytes {
+		return nil, fmt.Errorf("scenario is %d bytes, over the %d-byte limit", len(data), maxScenarioBytes)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("scenario is empty")
+		}
+		return nil, fmt.Errorf("parse scenario: %w", err)
+	}
+	if err := s.validate(); err != nil {
+		return nil, fmt.Errorf("scenario %q: %w", s.Name, err)
+	}
+	return &s, nil
+}
+
+func (s *Scenario) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(s.Name != "", "name is required")
+	check(len(s.Regions) > 0, "regions must list at least one region")
+	names := map[string]bool{}
+	for i, r := range s.Regions {
+		check(r.Name != "", "regions[%d].name is required", i)
+		check(!names[r.Name], "regions[%d].name %q is used twice", i, r.Name)
+		names[r.Name] = true
+		check(r.Replicas >= 1 && r.Replicas <= 64, "regions[%d].replicas must be in 1..64", i)
+		check(r.UTCOffset >= -12 && r.UTCOffset <= 14, "regions[%d].utc_offset must be in -12..14", i)
+		check(r.Weight >= 0, "regions[%d].weight must not be negative", i)
+		check(r.MaxNumSeqs >= 0 && r.MaxNumSeqs <= 4096, "regions[%d].max_num_seqs must be in 0..4096", i)
+		check(r.KVBlocks >= 0 && r.KVBlocks <= 10_000_000, "regions[%d].kv_blocks must be in 0..10000000", i)
+		if _, err := engine.LookupProfile(r.Profile); err != nil {
+			errs = append(errs, fmt.Errorf("regions[%d].profile: %w", i, err))
+		}
+	}
+	for i, l := range s.RTT {
+		check(names[l.A] && names[l.B] && l.A != l.B, "rtt[%d] must join two different listed regions", i)
+		check(l.Ms >= 0 && l.Ms < 10_000, "rtt[%d].ms must be in [0, 10000)", i)
+	}
+	check(s.JitterMs >= 0 && s.JitterMs < 1000, "rtt_jitter_ms must be in [0, 1000)")
+	check(s.SLO.TTFT > 0, "slo.ttft must be positive")
+	for i, p := range s.Policies {
+		if _, err := policy.New(p, policy.DefaultConfig()); err != nil {
+			errs = append(errs, fmt.Errorf("policies[%d]: %w", i, err))
+		}
+	}
+	check(s.Balancer.MaxQueue >= 0 && s.Balancer.MaxWait >= 0 && s.Balancer.MaxInFlight >= 0, "balancer values must not be negative")
+	check(s.Control.Refresh >= 0 && s.Control.DigestInterval >= 0 && s.Control.Scrape >= 0 && s.Control.MaxWANRTT >= 0, "control_plane intervals must not be negative")
+	w := s.Workload
+	switch w.Kind {
+	case "diurnal":
+		check(w.Day > 0, "workload.day must be positive")
+		check(w.Duration > 0, "workload.duration must be positive")
+		check(w.PeakRPS > 0 && w.PeakRPS < 1e6, "workload.peak_rps must be in (0, 1e6)")
+		check(w.ValleyRatio > 0 && w.ValleyRatio <= 1, "workload.valley_ratio must be in (0, 1]")
+		check(w.MeanTurns >= 1, "workload.mean_turns must be at least 1")
+		check(w.Tenants >= 0 && w.TenantPromptTokens >= 0, "workload.tenants and tenant_prompt_tokens must not be negative")
+		check(w.ResidencyShare >= 0 && w.ResidencyShare <= 1, "workload.residency_share must be in [0, 1]")
+		check(w.StartHour >= 0 && w.StartHour < 24, "workload.start_hour must be in [0, 24)")
+		for i, b := range w.Bursts {
+			check(names[b.Region], "workload.bursts[%d].region %q is not a listed region", i, b.Region)
+			check(b.Duration > 0 && b.Multiplier > 0 && b.At >= 0, "workload.bursts[%d] needs at >= 0, a positive duration and multiplier", i)
+		}
+	case "mooncake", "azure":
+		check(w.Trace != "", "workload.trace is required for a %s replay", w.Kind)
+		check(w.Speedup >= 0, "workload.speedup must not be negative")
+		check(w.Assign == "" || w.Assign == workload.AssignSession || w.Assign == workload.AssignRoundRobin, "workload.assign must be session or round-robin")
+	default:
+		errs = append(errs, fmt.Errorf("workload.kind must be diurnal, mooncake or azure, not %q", w.Kind))
+	}
+	check(w.BlockTokens >= 0 && w.MaxPromptTokens >= 0 && w.MaxOutputTokens >= 0 && w.Limit >= 0, "workload token counts must not be negative")
+	for i, f := range s.Faults {
+		switch FaultKind(f.Kind) {
+		case ReplicaCrash, RegionOutage:
+			check(names[f.Region], "faults[%d].region %q is not a listed region", i, f.Region)
+		case RTTSpike:
+			check(names[f.A] && names[f.B] && f.A != f.B && f.Ms > 0, "faults[%d] (rtt-spike) needs regions a and b and a positive ms", i)
+		default:
+			errs = append(errs, fmt.Errorf("faults[%d].kind must be replica-crash, region-outage or rtt-spike, not %q", i, f.Kind))
+		}
+		check(f.At >= 0 && f.Duration > 0, "faults[%d] needs at >= 0 and a positive duration", i)
+	}
+	return errors.Join(errs...)
+}
+
+// PolicyNames returns the scenario's policies, or all of them.
+func (s *Scenario) PolicyNames() []string {
+	if len(s.Policies) > 0 {
+		return s.Policies
+	}
+	return policy.Names
+}
+
+// Build returns the simulation config (without a policy) and the workload
+// for the scenario. trace overrides the scenario's trace file when set.
+func (s *Scenario) Build(trace string) (Config, *Workload, error) {
+	cfg := Config{Seed: s.Seed, SLO: s.SLO.TTFT, Jitter: time.Duration(s.JitterMs * float64(time.Millisecond)),
+		Balancer:    balancer.Config{MaxQueue: s.Balancer.MaxQueue, MaxWait: s.Balancer.MaxWait},
+		MaxInFlight: s.Balancer.MaxInFlight, Refresh: s.Control.Refresh, DigestInterval: s.Control.DigestInterval, Scrape: s.Control.Scrape}
+	pc := policy.DefaultConfig()
+	if s.Control.MaxWANRTT > 0 {
+		pc.Skywalker.MaxWANRTT = s.Control.MaxWANRTT
+	}
+	cfg.PolicyConfig = &pc
+	idx := map[string]int{}
+	var loads []workload.RegionLoad
+	for i, r := range s.Regions {
+		p, err := engine.LookupProfile(r.Profile)
+		if err != nil {
+			return Config{}, nil, err
+		}
+		idx[r.Name] = i
+		cfg.Regions = append(cfg.Regions, RegionSpec{Name: r.Name, Replicas: r.Replicas, Profile: p, Jurisdiction: r.Jurisdiction,
+			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks})
+		loads = append(loads, workload.RegionLoad{Name: r.Name, UTCOffset: r.UTCOffset, Weight: r.Weight, Jurisdiction: r.Jurisdiction})
+	}
+	cfg.RTT = make([][]time.Duration, len(s.Regions))
+	for i := range cfg.RTT {
+		cfg.RTT[i] = make([]time.Duration, len(s.Regions))
+	}
+	for _, l := range s.RTT {
+		d := time.Duration(l.Ms * float64(time.Millisecond))
+		cfg.RTT[idx[l.A]][idx[l.B]], cfg.RTT[idx[l.B]][idx[l.A]] = d, d
+	}
+	for _, f := range s.Faults {
+		cfg.Faults = append(cfg.Faults, Fault{Kind: FaultKind(f.Kind), At: f.At, Duration: f.Duration, Region: f.Region,
+			Replica: f.Replica, A: f.A, B: f.B, RTT: time.Duration(f.Ms * float64(time.Millisecond))})
+	}
+	wl, err := s.workload(loads, trace)
+	return cfg, wl, err
+}
+
+// Workload is a scenario's demand, replayable any number of times.
+type Workload struct {
+	// Source returns a fresh stream of the same arrivals.
+	Source      func() (workload.Source, error)
+	Span        time.Duration // arrival span
+	BlockTokens int
+	Lengths     string // where prompt/output lengths came from
+	Diurnal     *workload.Diurnal
+}
+
+func (s *Scenario) workload(loads []workload.RegionLoad, trace string) (*Workload, error) {
+	w := s.Workload
+	switch w.Kind {
+	case "diurnal":
+		d := &workload.Diurnal{Regions: loads, Day: w.Day, Duration: w.Duration, StartHour: w.StartHour, PeakRPS: w.PeakRPS,
+			ValleyRatio: w.ValleyRatio, PeakHour: w.PeakHour, MeanTurns: w.MeanTurns, ThinkTime: w.ThinkTime, FollowUpShare: w.FollowUpShare,
+			Tenants: w.Tenants, TenantPromptTokens: w.TenantPromptTokens, ResidencyShare: w.ResidencyShare,
+			MaxPromptTokens: w.MaxPromptTokens, MaxOutputTokens: w.MaxOutputTokens, BlockTokens: w.BlockTokens, Seed: s.Seed}
+		if d.BlockTokens == 0 {
+			d.BlockTokens = 128
+		}
+		for _, b := range w.Bursts {
+			d.Bursts = append(d.Bursts, workload.Burst{Region: b.Region, At: b.At, Duration: b.Duration, Multiplier: b.Multiplier})
+		}
+		lengths := w.Lengths
+		if lengths == "" {
+			lengths = "azure_conv_2023.csv"
+		}
+		if lengths == "synthetic" {
+			d.Lengths = workload.Synthetic()
+		} else {
+			dist, err := workload.LengthsFromTrace(lengths)
+			if errors.Is(err, workload.ErrNoTraces) {
+				dist = workload.Synthetic() // reported in Workload.Lengths
+			} else if err != nil {
+				return nil, err
+			}
+			d.Lengths = dist
+		}
+		return &Workload{Source: d.Source, Span: w.Duration, BlockTokens: d.BlockTokens, Lengths: d.Lengths.Name, Diurnal: d}, nil
+	default:
+		name := w.Trace
+		if trace != "" {
+			name = trace
+		}
+		recs, err := loadTrace(w.Kind, name)
+		if err != nil {
+			return nil, err
+		}
+		if w.Limit > 0 && len(recs) > w.Limit {
+			recs = recs[:w.Limit]
+		}
+		bt := w.BlockTokens
+		if bt == 0 {
+			bt = workload.MooncakeBlockTokens
+		}
+		r := workload.Replay{Records: recs, Regions: loads, BlockTokens: bt, Assign: w.Assign, Speedup: w.Speedup}
+		speed := math.Max(w.Speedup, 1)
+		if w.Speedup > 0 {
+			speed = w.Speedup
+		}
+		span := time.Duration(float64(recs[len(recs)-1].At) / speed)
+		return &Workload{Source: r.Source, Span: span, BlockTokens: bt, Lengths: name}, nil
+	}
+}

@@ -1,0 +1,277 @@
+package sim
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"skywalker/internal/engine"
+	"skywalker/internal/workload"
+	"skywalker/scenarios"
+)
+
+func scenario(t testing.TB, name string) *Scenario {
+	t.Helper()
+	data, err := scenarios.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseScenario(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestBuiltInScenariosParse(t *testing.T) {
+	for _, name := range scenarios.Names() {
+		s := scenario(t, name)
+		if _, _, err := s.Build(""); err != nil && !strings.Contains(err.Error(), "trace") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func TestSameSeedGivesByteIdenticalResults(t *testing.T) {
+	s := scenario(t, "quickstart")
+	run := func() []byte {
+		rep, err := Compare(s, Options{Policies: []string{"skywalker", "consistent-hash"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := run(), run()
+	if string(a) != string(b) {
+		t.Error("two runs of the same scenario and seed differ")
+	}
+	other, err := Compare(s, Options{Policies: []string{"skywalker"}, Seed: 99})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := json.Marshal(other); strings.Contains(string(a), string(o)) {
+		t.Error("a different seed should give different results")
+	}
+}
+
+func TestQuickstartServesEveryRequest(t *testing.T) {
+	rep, err := Compare(scenario(t, "quickstart"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 7 {
+		t.Fatalf("%d results, want all seven policies", len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Completed+r.Dropped != r.Requests {
+			t.Errorf("%s: %d completed + %d dropped != %d requests: something was lost", r.Policy, r.Completed, r.Dropped, r.Requests)
+		}
+		if r.Policy == "local" && r.CrossRegion != 0 {
+			t.Errorf("local served %.1f%% cross-region", 100*r.CrossRegion)
+		}
+		if r.TTFTP50Ms <= 0 || r.ThroughputTokS <= 0 {
+			t.Errorf("%s: empty metrics %+v", r.Policy, r)
+		}
+	}
+}
+
+// oneRegion is a single-region config with a flat (Poisson) workload.
+func oneRegion(t testing.TB, policyName string, replicas int, rps float64, tenants int) (Config, workload.Diurnal) {
+	p, _ := engine.LookupProfile("llama3-8b-a100")
+	cfg := Config{Regions: []RegionSpec{{Name: "solo", Replicas: replicas, Profile: p, Jurisdiction: "us"}},
+		RTT: [][]time.Duration{{0}}, Policy: policyName, SLO: time.Second, Seed: 5}
+	d := workload.Diurnal{Regions: []workload.RegionLoad{{Name: "solo", Jurisdiction: "us"}}, Day: time.Hour, Duration: 10 * time.Minute,
+		PeakRPS: rps, ValleyRatio: 1, MeanTurns: 1, Tenants: tenants, TenantPromptTokens: 1024, Lengths: workload.Synthetic(),
+		MaxOutputTokens: 256, MaxPromptTokens: 8192, BlockTokens: 128, Seed: 5}
+	return cfg, d
+}
+
+func runOne(t testing.TB, cfg Config, d workload.Diurnal) *Result {
+	t.Helper()
+	src, err := d.Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(cfg, src, d.Duration, d.BlockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestQueueingGrowsAsUtilizationApproachesOne: one replica, Poisson
+// arrivals; TTFT must grow slowly at low load and explode near capacity.
+func TestQueueingGrowsAsUtilizationApproachesOne(t *testing.T) {
+	var ttft []float64
+	for _, rps := range []float64{1, 3, 5, 7} {
+		cfg, d := oneRegion(t, "local", 1, rps, 0)
+		ttft = append(ttft, runOne(t, cfg, d).TTFTP90Ms)
+	}
+	for i := 1; i < len(ttft); i++ {
+		if ttft[i] <= ttft[i-1] {
+			t.Fatalf("TTFT p90 by load %v: want it increasing", ttft)
+		}
+	}
+	if low, high := ttft[1]-ttft[0], ttft[3]-ttft[2]; high < 5*low {
+		t.Errorf("TTFT p90 by load %v: want the growth to accelerate toward saturation", ttft)
+	}
+}
+
+// TestOneRegionSkywalkerBehavesLikeLocal: with no peers and no shared
+// prefixes, skywalker has nothing to exploit and must serve like local.
+func TestOneRegionSkywalkerBehavesLikeLocal(t *testing.T) {
+	cfgL, d := oneRegion(t, "local", 2, 3, 0)
+	cfgS, _ := oneRegion(t, "skywalker", 2, 3, 0)
+	l, s := runOne(t, cfgL, d), runOne(t, cfgS, d)
+	if s.CrossRegion != 0 || s.Completed != l.Completed {
+		t.Fatalf("skywalker completed %d (cross %.2f), local %d", s.Completed, s.CrossRegion, l.Completed)
+	}
+	if ratio := s.TTFTP50Ms / l.TTFTP50Ms; ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("TTFT p50 skywalker %.0f ms vs local %.0f ms: want within 10%%", s.TTFTP50Ms, l.TTFTP50Ms)
+	}
+}
+
+// TestUnboundedCacheReachesTheTracesReusableFraction replays the Mooncake
+// trace into one replica with an unbounded cache: the hit rate must approach
+// the share of prompt tokens whose prefix appeared before.
+func TestUnboundedCacheReachesTheTracesReusableFraction(t *testing.T) {
+	path, err := workload.TracePath("mooncake_conversation.jsonl")
+	if err != nil {
+		t.Skipf("trace not available: %v", err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := workload.ParseMooncake(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs = recs[:4000]
+	// Expected: per request, the longest run of leading ids seen before.
+	seen := map[uint64]bool{}
+	var reusable, total, blocksSeen, blocksTotal float64
+	for _, r := range recs {
+		k := 0
+		for k < len(r.BlockIDs) && seen[r.BlockIDs[k]] {
+			k++
+		}
+		for _, id := range r.BlockIDs {
+			if seen[id] {
+				blocksSeen++
+			}
+			seen[id] = true
+			blocksTotal++
+		}
+		reusable += float64(min(k*workload.MooncakeBlockTokens, r.InputTokens-1))
+		total += float64(r.InputTokens)
+	}
+	p, _ := engine.LookupProfile("llama3-8b-h100")
+	p.KVBlocks = 50_000_000 // unbounded for this trace
+	cfg := Config{Regions: []RegionSpec{{Name: "solo", Replicas: 1, Profile: p}}, RTT: [][]time.Duration{{0}}, Policy: "local", Seed: 1}
+	src, _ := workload.Replay{Records: recs, Regions: []workload.RegionLoad{{Name: "solo"}}, Speedup: 0.25}.Source()
+	res, err := Run(cfg, src, time.Hour, workload.MooncakeBlockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := reusable / total
+	t.Logf("hit rate %.3f; reusable prefix tokens %.3f; reused blocks %.3f", res.CacheHitRate, want, blocksSeen/blocksTotal)
+	if res.CacheHitRate < want-0.02 || res.CacheHitRate > want+0.005 {
+		t.Errorf("hit rate %.3f, want about %.3f", res.CacheHitRate, want)
+	}
+}
+
+func TestFaultsLoseNothingSilently(t *testing.T) {
+	s := scenario(t, "quickstart")
+	s.Faults = []ScenarioFault{
+		{Kind: "replica-crash", Region: "us-east", Replica: 0, At: 30 * time.Second, Duration: 40 * time.Second},
+		{Kind: "region-outage", Region: "eu-west", At: time.Minute, Duration: 30 * time.Second},
+		{Kind: "rtt-spike", A: "us-east", B: "eu-west", At: 90 * time.Second, Duration: 30 * time.Second, Ms: 400},
+	}
+	rep, err := Compare(s, Options{Policies: []string{"skywalker", "local", "least-load"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if r.Completed+r.Dropped != r.Requests {
+			t.Errorf("%s: %d + %d != %d", r.Policy, r.Completed, r.Dropped, r.Requests)
+		}
+		if r.Retried == 0 && r.Drops["upstream_error"] == 0 {
+			t.Errorf("%s: crashes mid-run touched no request", r.Policy)
+		}
+	}
+}
+
+func TestRTTSpikeClosesTheGate(t *testing.T) {
+	s := scenario(t, "burst")
+	s.Workload.Duration = 20 * time.Minute
+	s.Faults = []ScenarioFault{{Kind: "rtt-spike", A: "us-east", B: "eu-west", At: 0, Duration: time.Hour, Ms: 500},
+		{Kind: "rtt-spike", A: "us-east", B: "ap-east", At: 0, Duration: time.Hour, Ms: 500}}
+	rep, err := Compare(s, Options{Policies: []string{"skywalker"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if us := rep.Results[0].Regions["us-east"]; us.ForwardedOut != 0 {
+		t.Errorf("us-east forwarded %d requests over links at 500 ms", us.ForwardedOut)
+	}
+}
+
+func TestParseScenarioRejectsBadInput(t *testing.T) {
+	good, _ := scenarios.Get("quickstart")
+	tests := []struct{ name, yaml, want string }{
+		{"empty", "", "empty"},
+		{"unknown field", string(good) + "\nbogus: 1\n", "bogus"},
+		{"bad profile", strings.Replace(string(good), "llama3-8b-l4", "tpu-v9", 1), "regions[0].profile"},
+		{"bad kind", strings.Replace(string(good), "kind: diurnal", "kind: sinusoid", 1), "workload.kind"},
+		{"no slo", strings.Replace(string(good), "slo: {ttft: 2s}", "", 1), "slo.ttft"},
+		{"bad rtt region", strings.Replace(string(good), "{a: us-east, b: eu-west, ms: 72}", "{a: us-east, b: mars, ms: 72}", 1), "rtt[0]"},
+		{"bad policy", string(good) + "\npolicies: [random]\n", "policies[0]"},
+		{"bad fault", string(good) + "\nfaults: [{kind: meteor, at: 1s, duration: 1s}]\n", "faults[0].kind"},
+		{"valley", strings.Replace(string(good), "valley_ratio: 0.3", "valley_ratio: 2", 1), "valley_ratio"},
+	}
+	for _, tc := range tests {
+		_, err := ParseScenario([]byte(tc.yaml))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to mention %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func FuzzParseScenario(f *testing.F) {
+	for _, name := range scenarios.Names() {
+		data, _ := scenarios.Get(name)
+		f.Add(data)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ParseScenario(data)
+		if err != nil {
+			return
+		}
+		_, _, _ = s.Build("")
+	})
+}
+
+// BenchmarkSimulatorEvents reports the simulator's speed in events per
+// second on the quickstart scenario under skywalker.
+func BenchmarkSimulatorEvents(b *testing.B) {
+	s := scenario(b, "quickstart")
+	s.Workload.Duration = 30 * time.Minute
+	s.Workload.Day = 30 * time.Minute
+	var events int64
+	start := time.Now()
+	for b.Loop() {
+		rep, err := Compare(s, Options{Policies: []string{"skywalker"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		events += rep.Results[0].Events
+	}
+	b.ReportMetric(float64(events)/time.Since(start).Seconds(), "events/s")
+}

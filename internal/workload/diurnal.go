@@ -1,0 +1,308 @@
+package workload
+
+import (
+	"container/heap"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"skywalker/internal/request"
+)
+
+// RegionLoad is one region's share of a diurnal workload.
+type RegionLoad struct {
+	Name         string
+	UTCOffset    float64 // hours: -5 for us-east, +9 for ap-east
+	Weight       float64 // multiplies the peak rate; 0 means 1
+	Jurisdiction string  // for requests with data residency
+}
+
+// Burst multiplies one region's demand for a while (the burst scenario).
+type Burst struct {
+	Region     string
+	At         time.Duration
+	Duration   time.Duration
+	Multiplier float64
+}
+
+// Diurnal describes a multi-region workload whose demand follows each
+// region's 24-hour curve: a raised cosine peaking at PeakHour local time
+// with the night valley at ValleyRatio of the peak. A day is compressed to
+// Day of simulated time; service times are not compressed.
+//
+// Requests come from sessions: multi-turn conversations whose every turn's
+// prompt extends the previous turn's prompt and answer (prefixes shared
+// within a user), opened under one of Tenants shared system prompts
+// (prefixes shared across users and regions).
+type Diurnal struct {
+	Regions     []RegionLoad
+	Day         time.Duration
+	Duration    time.Duration // arrivals stop after this
+	StartHour   float64       // UTC hour at time zero
+	PeakRPS     float64       // requests/s of one region at its peak
+	ValleyRatio float64       // night rate over peak rate, in (0, 1]
+	PeakHour    float64       // local hour of the peak; default 14
+	Bursts      []Burst
+
+	MeanTurns          float64       // mean turns per session (geometric); >= 1
+	ThinkTime          time.Duration // mean gap between turns
+	FollowUpShare      float64       // a later turn's new message, as a fraction of a drawn prompt length; default 0.25
+	Tenants            int           // shared system prompts; 0 for none
+	TenantPromptTokens int
+	ResidencyShare     float64 // fraction of sessions that must stay in their region's jurisdiction
+	MaxPromptTokens    int     // a session ends before its prompt would exceed this
+	MaxOutputTokens    int     // drawn outputs are capped here; 0 for no cap
+	Lengths            *LengthDist
+	BlockTokens        int
+	Seed               uint64
+	HashSeed           uint64 // request hash chain seed; default request.DefaultSeed
+}
+
+func (d *Diurnal) validate() error {
+	switch {
+	case len(d.Regions) == 0:
+		return errors.New("diurnal workload: no regions")
+	case d.Day <= 0 || d.Duration <= 0:
+		return errors.New("diurnal workload: day and duration must be positive")
+	case d.PeakRPS <= 0:
+		return errors.New("diurnal workload: peak rate must be positive")
+	case d.ValleyRatio <= 0 || d.ValleyRatio > 1:
+		return errors.New("diurnal workload: valley ratio must be in (0, 1]")
+	case d.MeanTurns < 1:
+		return errors.New("diurnal workload: mean turns must be at least 1")
+	case d.BlockTokens < 1:
+		return errors.New("diurnal workload: block tokens must be positive")
+	case d.Lengths == nil:
+		return errors.New("diurnal workload: no length distribution")
+	}
+	return nil
+}
+
+// Shape is the demand curve at a local hour, in (0, 1], 1 at the peak.
+func (d *Diurnal) Shape(localHour float64) float64 {
+	peak := d.PeakHour
+	if peak == 0 {
+		peak = 14
+	}
+	return d.ValleyRatio + (1-d.ValleyRatio)*(1+math.Cos(2*math.Pi*(localHour-peak)/24))/2
+}
+
+// Hour is the UTC hour of day at offset t.
+func (d *Diurnal) Hour(t time.Duration) float64 {
+	return math.Mod(d.StartHour+24*float64(t)/float64(d.Day), 24)
+}
+
+// Rate is region i's request rate (requests/s) at offset t.
+func (d *Diurnal) Rate(i int, t time.Duration) float64 {
+	r := d.Regions[i]
+	w := r.Weight
+	if w == 0 {
+		w = 1
+	}
+	rate := d.PeakRPS * w * d.Shape(math.Mod(d.Hour(t)+r.UTCOffset+48, 24))
+	for _, b := range d.Bursts {
+		if b.Region == r.Name && t >= b.At && t < b.At+b.Duration {
+			rate *= b.Multiplier
+		}
+	}
+	return rate
+}
+
+// maxRate bounds Rate for region i over all time (for thinning).
+func (d *Diurnal) maxRate(i int) float64 {
+	w := d.Regions[i].Weight
+	if w == 0 {
+		w = 1
+	}
+	m := 1.0
+	for _, b := range d.Bursts {
+		if b.Region == d.Regions[i].Name {
+			m = max(m, b.Multiplier)
+		}
+	}
+	return d.PeakRPS * w * m
+}
+
+// Source returns the workload's arrivals in time order. Each call starts a
+// fresh, identical stream.
+func (d Diurnal) Source() (Source, error) {
+	if err := d.validate(); err != nil {
+		return nil, err
+	}
+	if d.HashSeed == 0 {
+		d.HashSeed = request.DefaultSeed
+	}
+	if d.FollowUpShare <= 0 {
+		d.FollowUpShare = 0.25
+	}
+	g := &diurnalSource{d: &d, rng: rand.New(rand.NewPCG(d.Seed, d.Seed^0xd1))}
+	blocks := d.TenantPromptTokens / d.BlockTokens
+	for t := range d.Tenants {
+		chain := make([]uint64, blocks)
+		parent := d.HashSeed
+		for i := range chain {
+			parent = request.ChainBlockID(parent, uint64(1)<<62|uint64(t)<<32|uint64(i), d.HashSeed)
+			chain[i] = parent
+		}
+		g.tenants = append(g.tenants, chain)
+	}
+	for i := range d.Regions {
+		g.scheduleNewSession(i, 0)
+	}
+	return g, nil
+}
+
+type diurnalSource struct {
+	d        *Diurnal
+	rng      *rand.Rand
+	pending  eventHeap
+	tenants  [][]uint64
+	sessions uint64
+	requests uint64
+	order    uint64
+}
+
+type session struct {
+	id        uint64
+	region    int
+	chain     []uint64 // chained hashes of the conversation's complete blocks
+	tokens    int      // conversation tokens so far (tenant prompt, turns, answers)
+	turns     int      // turns emitted so far
+	turnsLeft int
+	residency string
+}
+
+type event struct {
+	at     time.Duration
+	order  uint64 // tie-break: insertion order, for determinism
+	region int    // new session in this region, if sess is nil
+	sess   *session
+}
+
+type eventHeap []event
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].order < h[j].order
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+func (g *diurnalSource) push(e event) {
+	g.order++
+	e.order = g.order
+	heap.Push(&g.pending, e)
+}
+
+// scheduleNewSession draws the next session start in region i after t by
+// thinning a Poisson process at the region's maximum session rate.
+func (g *diurnalSource) scheduleNewSession(i int, t time.Duration) {
+	lmax := g.d.maxRate(i) / g.d.MeanTurns
+	for {
+		t += time.Duration(g.rng.ExpFloat64() / lmax * float64(time.Second))
+		if t >= g.d.Duration {
+			return
+		}
+		if g.rng.Float64()*lmax <= g.d.Rate(i, t)/g.d.MeanTurns {
+			g.push(event{at: t, region: i})
+			return
+		}
+	}
+}
+
+// Next implements Source.
+func (g *diurnalSource) Next() (Arrival, bool) {
+	for len(g.pending) > 0 {
+		e := heap.Pop(&g.pending).(event)
+		s := e.sess
+		if s == nil {
+			s = g.newSession(e.region)
+			g.scheduleNewSession(e.region, e.at)
+		}
+		if a, ok := g.turn(s, e.at); ok {
+			return a, true
+		}
+	}
+	return Arrival{}, false
+}
+
+func (g *diurnalSource) newSession(region int) *session {
+	g.sessions++
+	s := &session{id: g.sessions, region: region}
+	// Geometric number of turns with the configured mean.
+	p := 1 / g.d.MeanTurns
+	s.turnsLeft = 1
+	for g.rng.Float64() > p {
+		s.turnsLeft++
+	}
+	if len(g.tenants) > 0 {
+		s.chain = append(s.chain, g.tenants[g.rng.IntN(len(g.tenants))]...)
+		s.tokens = len(s.chain) * g.d.BlockTokens
+	}
+	if g.rng.Float64() < g.d.ResidencyShare {
+		s.residency = g.d.Regions[region].Jurisdiction
+	}
+	return s
+}
+
+// extend appends n tokens of new conversation text to the session.
+func (g *diurnalSource) extend(s *session, n int) {
+	before := s.tokens / g.d.BlockTokens
+	s.tokens += n
+	parent := g.d.HashSeed
+	if len(s.chain) > 0 {
+		parent = s.chain[len(s.chain)-1]
+	}
+	for b := before; b < s.tokens/g.d.BlockTokens; b++ {
+		parent = request.ChainBlockID(parent, s.id<<24|uint64(b), g.d.HashSeed)
+		s.chain = append(s.chain, parent)
+	}
+}
+
+// turn emits one request of the session and schedules its next turn.
+func (g *diurnalSource) turn(s *session, at time.Duration) (Arrival, bool) {
+	in, out := g.d.Lengths.Sample(g.rng)
+	if s.turns > 0 {
+		in = max(int(float64(in)*g.d.FollowUpShare), 1)
+	}
+	if g.d.MaxOutputTokens > 0 {
+		out = min(out, g.d.MaxOutputTokens)
+	}
+	if g.d.MaxPromptTokens > 0 && s.tokens+in > g.d.MaxPromptTokens {
+		if s.turns > 0 {
+			return Arrival{}, false // the conversation is full: the session ends
+		}
+		in = max(g.d.MaxPromptTokens-s.tokens, 1)
+	}
+	g.extend(s, in)
+	g.requests++
+	req := &request.Request{
+		ID:           "r" + strconv.FormatUint(g.requests, 10),
+		Region:       g.d.Regions[s.region].Name,
+		PromptTokens: s.tokens,
+		MaxTokens:    max(out, 1),
+		Blocks:       s.chain[:len(s.chain):len(s.chain)], // shares the session's backing array; never written again
+		BlockTokens:  g.d.BlockTokens,
+		Session:      fmt.Sprintf("s%d", s.id),
+		Residency:    s.residency,
+	}
+	g.extend(s, out) // the answer becomes part of the next turn's prompt
+	s.turns++
+	s.turnsLeft--
+	if next := at + time.Duration(g.rng.ExpFloat64()*float64(g.d.ThinkTime)); s.turnsLeft > 0 && next < g.d.Duration {
+		g.push(event{at: next, sess: s})
+	}
+	return Arrival{At: at, Region: req.Region, Request: req}, true
+}

@@ -1,0 +1,82 @@
+package workload
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"skywalker/internal/request"
+)
+
+// Arrival is one request arriving at a region at an offset from the start.
+type Arrival struct {
+	At      time.Duration
+	Region  string
+	Request *request.Request
+}
+
+// Source yields arrivals in non-decreasing time order. Next returns false
+// when the source is exhausted. Sources are not safe for concurrent use.
+type Source interface {
+	Next() (Arrival, bool)
+}
+
+// SliceSource replays a fixed list of arrivals.
+type SliceSource struct {
+	arrivals []Arrival
+	next     int
+}
+
+// NewSliceSource returns a source over arrivals, which must be sorted.
+func NewSliceSource(arrivals []Arrival) *SliceSource { return &SliceSource{arrivals: arrivals} }
+
+// Next implements Source.
+func (s *SliceSource) Next() (Arrival, bool) {
+	if s.next >= len(s.arrivals) {
+		return Arrival{}, false
+	}
+	a := s.arrivals[s.next]
+	s.next++
+	return a, true
+}
+
+// ErrNoTraces is returned when the shared traces directory cannot be found.
+var ErrNoTraces = errors.New("trace directory not found (set SKYWALKER_TRACES to the folder holding the traces)")
+
+// TracePath finds a trace file by name: in $SKYWALKER_TRACES if set, else
+// in ../shared/traces beside the repository (found by walking up from the
+// working directory to the folder holding go.mod).
+func TracePath(name string) (string, error) {
+	if filepath.IsAbs(name) || filepath.Dir(name) != "." {
+		if _, err := os.Stat(name); err != nil {
+			return "", fmt.Errorf("trace %s: %w", name, err)
+		}
+		return name, nil
+	}
+	if dir := os.Getenv("SKYWALKER_TRACES"); dir != "" {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("trace %s: %w", name, err)
+		}
+		return p, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find trace %s: %w", name, err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			p := filepath.Join(dir, "..", "shared", "traces", name)
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("trace %s: %w", name, ErrNoTraces)
+		}
+		dir = parent
+	}
+}

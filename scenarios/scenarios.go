@@ -1,0 +1,34 @@
+// Package scenarios embeds the built-in simulation scenarios, one YAML file
+// each, so `skywalker sim --scenario NAME` works from any directory.
+package scenarios
+
+import (
+	"embed"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+)
+
+//go:embed *.yaml
+var files embed.FS
+
+// Get returns the YAML of a built-in scenario.
+func Get(name string) ([]byte, error) {
+	data, err := files.ReadFile(path.Clean(name) + ".yaml")
+	if err != nil {
+		return nil, fmt.Errorf("no built-in scenario %q (built in: %s)", name, strings.Join(Names(), ", "))
+	}
+	return data, nil
+}
+
+// Names lists the built-in scenarios.
+func Names() []string {
+	entries, _ := files.ReadDir(".")
+	var names []string
+	for _, e := range entries {
+		names = append(names, strings.TrimSuffix(e.Name(), ".yaml"))
+	}
+	sort.Strings(names)
+	return names
+}
