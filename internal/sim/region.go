@@ -111,8 +111,9 @@ func newRegion(w *world, idx int, spec RegionSpec) *region {
 			r.maxIn = eng.Config().MaxNumSeqs
 		}
 	}
-	// Stale blocks stay in the live digest until a rebuild; size it with
-	// room for them.
+	// Stale blocks stay in the live digest until a rebuild, which happens
+	// once as many blocks were added as the filter is sized for (about 1%
+	// false positives then); size it at twice the cache so that is rare.
 	r.digestCap *= 2
 	r.digest = digest.New(spec.Name, "", 0, r.digestCap, 0.01)
 	return r
@@ -304,7 +305,7 @@ func (r *region) summarize() *summary {
 // publishDigest returns the digest to send peers: a snapshot of the live
 // one, rebuilt from the index when stale blocks have piled up.
 func (r *region) publishDigest() *digest.Digest {
-	if r.digestAdds > r.digestCap/2 {
+	if r.digestAdds > r.digestCap {
 		r.digestGen++
 		r.digest = digest.Build(r.index, r.spec.Name, "", r.digestGen, r.digestCap, 0.01)
 		r.digestAdds = uint(r.index.Blocks())
