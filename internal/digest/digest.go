@@ -264,3 +264,23 @@ func Build(src BlockSource, region, node string, generation uint64, capacity uin
 	src.ForEachBlock(d.Add)
 	return d
 }
+
+// Words returns the filter's bit words. The caller must not modify them.
+func (d *Digest) Words() []uint64 { return d.filter.BitSet().Words() }
+
+// WithWords returns a copy of d whose words at the given indexes are
+// replaced, as a receiver applies a delta; generation is the copy's new
+// generation. Indexes must be in range.
+func (d *Digest) WithWords(indexes []uint32, words []uint64, generation uint64) (*Digest, error) {
+	c := d.Clone()
+	w := c.filter.BitSet().Words()
+	for i, idx := range indexes {
+		if int(idx) >= len(w) {
+			return nil, fmt.Errorf("digest delta: word %d out of range (%d words)", idx, len(w))
+		}
+		w[idx] = words[i]
+	}
+	c.Generation = generation
+	c.fill = -1
+	return c, nil
+}

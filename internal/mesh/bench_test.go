@@ -1,0 +1,128 @@
+package mesh
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"skywalker/internal/digest"
+)
+
+// BenchmarkGossip runs 3 regions × 3 proxies on loopback with emulated WAN
+// delays, each publishing a digest of a million blocks that grows by 1,000
+// blocks every 2 s (the default digest interval) and a load summary every
+// 250 ms. It reports steady-state gossip bytes sent per second per node
+// (after the first full digests), the bytes of that first exchange, and the
+// time from a digest change to every other node holding it.
+func BenchmarkGossip(b *testing.B) {
+	for b.Loop() {
+		links := threeRegions()
+		regions := []string{"us-east", "eu-west", "ap-east"}
+		var nodes []*testNode
+		var digests []*digest.Digest
+		rng := rand.New(rand.NewPCG(1, 1))
+		for i := range 9 {
+			region := regions[i%3]
+			n := benchNode(b, links, region, fmt.Sprintf("%s-%d", region, i))
+			d := digest.New(region, n.Name(), 1, 1_000_000, 0.01)
+			for range 1_000_000 {
+				d.Add(rng.Uint64())
+			}
+			digests = append(digests, d)
+			n.src.set(Load{Replicas: 4, Slots: 32})
+			n.src.setDigest(d)
+			nodes = append(nodes, n)
+			if i > 0 {
+				if _, err := n.Join([]string{nodes[0].Addr()}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		holdsAll := func(gen uint64) bool {
+			for _, n := range nodes {
+				n.mu.Lock()
+				ok := len(n.sentGen) == 8
+				for _, g := range n.sentGen {
+					ok = ok && g == gen
+				}
+				n.mu.Unlock()
+				if !ok {
+					return false
+				}
+			}
+			return true
+		}
+		waitFor(b, 30*time.Second, func() bool { return holdsAll(1) })
+		var initial int64
+		for _, n := range nodes {
+			initial += n.Stats().BytesSent
+		}
+
+		// Steady state: three rounds of growth.
+		start := time.Now()
+		var before int64
+		for _, n := range nodes {
+			before += n.Stats().BytesSent
+		}
+		var propagation []time.Duration
+		for round := uint64(2); round <= 4; round++ {
+			changed := time.Now()
+			for i, n := range nodes {
+				d := digests[i].Clone()
+				for range 1000 {
+					d.Add(rng.Uint64())
+				}
+				d.Generation = round
+				digests[i] = d
+				n.src.setDigest(d)
+			}
+			waitFor(b, 10*time.Second, func() bool { return holdsAll(round) })
+			propagation = append(propagation, time.Since(changed))
+		}
+		elapsed := time.Since(start).Seconds()
+		var after int64
+		for _, n := range nodes {
+			after += n.Stats().BytesSent
+		}
+		worst := time.Duration(0)
+		for _, p := range propagation {
+			worst = max(worst, p)
+		}
+		b.ReportMetric(float64(after-before)/elapsed/9, "bytes/s/node")
+		b.ReportMetric(float64(initial)/9, "first-exchange-bytes/node")
+		b.ReportMetric(float64(worst.Milliseconds()), "digest-change-to-all-ms")
+		var wg sync.WaitGroup
+		for _, n := range nodes {
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = n.Shutdown() }()
+		}
+		wg.Wait()
+	}
+}
+
+func benchNode(b *testing.B, links *Links, region, name string) *testNode {
+	tr, err := links.Transport(region)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := DefaultConfig(region)
+	cfg.NodeID, cfg.Preset, cfg.Keys, cfg.Transport = name, "local", []string{testKey}, tr
+	src := &fakeSource{}
+	m, err := New(cfg, src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &testNode{Mesh: m, src: src}
+}
+
+func waitFor(b *testing.B, within time.Duration, cond func() bool) {
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatal("condition not reached in time")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,158 @@
+package mesh
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Config configures one mesh node. DefaultConfig gives the defaults.
+type Config struct {
+	Region       string // this node's region, e.g. "us-east"
+	NodeID       string // unique in the cluster; default region + host:port
+	Jurisdiction string // for residency, e.g. "us"
+	APIAddr      string // the proxy's HTTP address peers forward to
+	Version      string
+
+	BindAddr      string // gossip listen address; default 0.0.0.0
+	BindPort      int    // gossip port; default 7946 (0 picks a free port)
+	AdvertiseAddr string
+	AdvertisePort int
+
+	// Preset is memberlist's timing preset: "wan" (default: regions are
+	// far apart), "lan", or "local" (tests and the one-machine demo, with
+	// probe timeouts that still tolerate emulated WAN delays).
+	Preset string
+
+	// Keys: the first is the primary gossip key (base64 of 16, 24 or 32
+	// bytes, from SKYWALKER_GOSSIP_KEY), the rest are accepted for
+	// rotation. Without keys the mesh refuses to start unless Insecure.
+	Keys     []string
+	Insecure bool
+	// Label is the cluster label: packets from a mesh with another label
+	// are dropped, so two meshes on one network never merge. Default
+	// "skywalker".
+	Label string
+
+	LoadInterval   time.Duration // load summaries; default 250 ms
+	DigestInterval time.Duration // digests, at most this often; default 2 s
+	ProbeInterval  time.Duration // direct RTT probes per peer region; default 1 s (local: 200 ms)
+	RTTAlpha       float64       // EWMA weight of a new RTT sample; default 0.3
+	MaxWANRTT      time.Duration // WAN gate threshold (MAX_WAN_RTT_THRESHOLD_MS); default 120 ms
+	MaxLoss        float64       // WAN gate loss bound; default 0.2
+	ReopenSamples  int           // good samples in a row that reopen a closed gate; default 5
+	MaxDataAge     time.Duration // older load data means unavailable; default 2 s
+
+	// Transport replaces memberlist's network transport (tests and the
+	// demo wrap it to emulate WAN delay); nil uses a real NetTransport.
+	Transport memberlist.Transport
+	Logger    *slog.Logger
+}
+
+// DefaultConfig returns the defaults for a node of region.
+func DefaultConfig(region string) Config {
+	return Config{Region: region, BindAddr: "0.0.0.0", BindPort: 7946, Preset: "wan", Label: "skywalker",
+		LoadInterval: 250 * time.Millisecond, DigestInterval: 2 * time.Second, ProbeInterval: time.Second,
+		RTTAlpha: 0.3, MaxWANRTT: 120 * time.Millisecond, MaxLoss: 0.2, ReopenSamples: 5, MaxDataAge: 2 * time.Second}
+}
+
+// ParseKey decodes a base64 gossip key and checks its length.
+func ParseKey(s string) ([]byte, error) {
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil {
+		return nil, fmt.Errorf("gossip key is not base64: %w", err)
+	}
+	switch len(key) {
+	case 16, 24, 32:
+		return key, nil
+	}
+	return nil, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32 (AES-128/192/256)", len(key))
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	if c.Region == "" {
+		errs = append(errs, errors.New("mesh: region is required"))
+	}
+	if len(c.Keys) == 0 && !c.Insecure {
+		errs = append(errs, errors.New("mesh: no gossip key: set SKYWALKER_GOSSIP_KEY (base64 of 16, 24 or 32 bytes), or run insecure explicitly for development"))
+	}
+	for i, k := range c.Keys {
+		if _, err := ParseKey(k); err != nil {
+			errs = append(errs, fmt.Errorf("mesh: key %d: %w", i, err))
+		}
+	}
+	switch c.Preset {
+	case "wan", "lan", "local":
+	default:
+		errs = append(errs, fmt.Errorf("mesh: preset must be wan, lan or local, not %q", c.Preset))
+	}
+	if c.MaxLoss < 0 || c.MaxLoss > 1 {
+		errs = append(errs, errors.New("mesh: max loss must be in [0, 1]"))
+	}
+	return errors.Join(errs...)
+}
+
+// memberlistConfig builds memberlist's configuration from the preset.
+func (c *Config) memberlistConfig() (*memberlist.Config, error) {
+	var mc *memberlist.Config
+	switch c.Preset {
+	case "lan":
+		mc = memberlist.DefaultLANConfig()
+	case "local":
+		mc = memberlist.DefaultLANConfig()
+		mc.ProbeInterval = 500 * time.Millisecond
+		mc.ProbeTimeout = 450 * time.Millisecond // above the slowest emulated RTT (230 ms)
+		mc.GossipInterval = 100 * time.Millisecond
+		mc.SuspicionMult = 3
+		mc.PushPullInterval = 5 * time.Second
+		mc.TCPTimeout = 2 * time.Second
+	default:
+		mc = memberlist.DefaultWANConfig()
+	}
+	mc.Name = c.NodeID
+	mc.BindAddr = c.BindAddr
+	mc.BindPort = c.BindPort
+	mc.AdvertiseAddr = c.AdvertiseAddr
+	mc.AdvertisePort = c.AdvertisePort
+	mc.Label = c.Label
+	mc.Transport = c.Transport
+	mc.LogOutput = slogWriter{c.Logger}
+	if len(c.Keys) > 0 {
+		var keys [][]byte
+		for _, k := range c.Keys {
+			key, _ := ParseKey(k) // validated
+			keys = append(keys, key)
+		}
+		ring, err := memberlist.NewKeyring(keys, keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("mesh: keyring: %w", err)
+		}
+		mc.Keyring = ring
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
+	return mc, nil
+}
+
+// slogWriter sends memberlist's log lines to slog at debug level (warnings
+// and errors at their own levels).
+type slogWriter struct{ log *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	line := strings.TrimSpace(string(p))
+	switch {
+	case strings.Contains(line, "[ERR]"):
+		w.log.Error("memberlist", "msg", line)
+	case strings.Contains(line, "[WARN]"):
+		w.log.Warn("memberlist", "msg", line)
+	default:
+		w.log.Debug("memberlist", "msg", line)
+	}
+	return len(p), nil
+}

@@ -1,0 +1,345 @@
+package mesh
+
+import (
+	"encoding/base64"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"skywalker/internal/digest"
+)
+
+// fakeSource is a node's published state, settable by the test.
+type fakeSource struct {
+	mu     sync.Mutex
+	load   Load
+	digest *digest.Digest
+}
+
+func (f *fakeSource) Load() Load { f.mu.Lock(); defer f.mu.Unlock(); return f.load }
+func (f *fakeSource) Digest() *digest.Digest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.digest
+}
+func (f *fakeSource) set(l Load)                 { f.mu.Lock(); f.load = l; f.mu.Unlock() }
+func (f *fakeSource) setDigest(d *digest.Digest) { f.mu.Lock(); f.digest = d; f.mu.Unlock() }
+
+var testKey = base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+
+type testNode struct {
+	*Mesh
+	src *fakeSource
+}
+
+// cluster starts one node per entry of regions on loopback with emulated
+// links, all joined through the first.
+func cluster(t *testing.T, links *Links, regions ...string) []*testNode {
+	t.Helper()
+	var nodes []*testNode
+	for i, region := range regions {
+		n := startNode(t, links, region, fmt.Sprintf("%s-%d", region, i), func(c *Config) {})
+		nodes = append(nodes, n)
+		if i > 0 {
+			if _, err := n.Join([]string{nodes[0].Addr()}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return nodes
+}
+
+func startNode(t *testing.T, links *Links, region, name string, tweak func(*Config)) *testNode {
+	t.Helper()
+	tr, err := links.Transport(region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig(region)
+	cfg.NodeID, cfg.Preset, cfg.Keys, cfg.Transport = name, "local", []string{testKey}, tr
+	cfg.Jurisdiction, cfg.APIAddr = region[:2], "http://"+name+":9000"
+	cfg.LoadInterval, cfg.DigestInterval, cfg.ProbeInterval = 100*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
+	cfg.ReopenSamples = 3
+	tweak(&cfg)
+	src := &fakeSource{}
+	m, err := New(cfg, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Shutdown() })
+	return &testNode{Mesh: m, src: src}
+}
+
+// eventually polls cond until it holds or the deadline passes, and
+// returns how long it took.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v", what, within)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func peer(m *Mesh, region string) (Peer, bool) {
+	for _, p := range m.Peers() {
+		if p.Region == region {
+			return p, true
+		}
+	}
+	return Peer{}, false
+}
+
+func threeRegions() *Links {
+	l := NewLinks()
+	l.SetRTT("us-east", "eu-west", 72*time.Millisecond)
+	l.SetRTT("us-east", "ap-east", 160*time.Millisecond)
+	l.SetRTT("eu-west", "ap-east", 180*time.Millisecond)
+	return l
+}
+
+func TestMembershipLoadAndDigestsPropagate(t *testing.T) {
+	nodes := cluster(t, threeRegions(), "us-east", "eu-west", "ap-east", "eu-west")
+	us, eu := nodes[0], nodes[1]
+	eventually(t, 5*time.Second, "membership converges", func() bool {
+		for _, n := range nodes {
+			if len(n.Members()) != 4 {
+				return false
+			}
+		}
+		return true
+	})
+
+	eu.src.set(Load{Queued: 7, Replicas: 4, Slots: 32, Outstanding: 20, QueueWait: 175 * time.Millisecond})
+	nodes[3].src.set(Load{Queued: 3, Replicas: 4, Slots: 32, Outstanding: 10, QueueWait: 75 * time.Millisecond})
+	took := eventually(t, 2*time.Second, "load reaches us-east", func() bool {
+		p, ok := peer(us.Mesh, "eu-west")
+		return ok && p.Nodes == 2 && p.Load.Queued == 10 && p.Load.Outstanding == 30
+	})
+	t.Logf("load summary reached the peer in %v", took)
+	p, _ := peer(us.Mesh, "eu-west")
+	if p.Load.Replicas != 4 || p.Load.QueueWait != 175*time.Millisecond || len(p.APIAddrs) != 2 || p.Jurisdiction != "eu" {
+		t.Errorf("aggregated peer %+v: want replicas and queue wait as the largest report, both API addresses", p)
+	}
+
+	d := digest.New("eu-west", "eu-west-1", 1, 10_000, 0.01)
+	blocks := make([]uint64, 50)
+	for i := range blocks {
+		blocks[i] = uint64(i)*7919 + 1
+		d.Add(blocks[i])
+	}
+	eu.src.setDigest(d)
+	took = eventually(t, 3*time.Second, "digest reaches us-east", func() bool {
+		p, ok := peer(us.Mesh, "eu-west")
+		return ok && p.Digest != nil && p.Digest.MatchLength(blocks) == 50
+	})
+	t.Logf("digest reached the peer in %v", took)
+
+	// A new generation with more blocks travels as a delta.
+	eventually(t, 5*time.Second, "every node holds generation 1", func() bool {
+		eu.mu.Lock()
+		defer eu.mu.Unlock()
+		return len(eu.sentGen) == 3 && eu.sentGen["us-east-0"] == 1 && eu.sentGen["ap-east-2"] == 1 && eu.sentGen["eu-west-3"] == 1
+	})
+	before := eu.Stats().BytesSent
+	d2 := d.Clone()
+	d2.Generation = 2
+	more := append(blocks, 999_983, 999_979)
+	d2.Add(999_983)
+	d2.Add(999_979)
+	eu.src.setDigest(d2)
+	eventually(t, 3*time.Second, "digest delta reaches us-east", func() bool {
+		p, ok := peer(us.Mesh, "eu-west")
+		return ok && p.Digest != nil && p.Digest.Generation == 2 && p.Digest.MatchLength(more) == 52
+	})
+	full, _ := d2.MarshalBinary()
+	if sent := eu.Stats().BytesSent - before; sent > int64(len(full)) {
+		t.Errorf("publishing a two-block change cost %d bytes; the whole digest is %d: want a delta", sent, len(full))
+	}
+}
+
+func TestRTTMatchesTheInjectedDelayAndGatesFollowIt(t *testing.T) {
+	links := threeRegions()
+	nodes := cluster(t, links, "us-east", "eu-west", "ap-east")
+	us := nodes[0]
+	for _, n := range nodes {
+		n.src.set(Load{Replicas: 1, Slots: 8})
+	}
+	eventually(t, 5*time.Second, "gate to eu-west opens", func() bool {
+		p, ok := peer(us.Mesh, "eu-west")
+		return ok && p.GateOpen
+	})
+	time.Sleep(time.Second) // let the averages settle
+	for _, want := range []struct {
+		region string
+		rtt    time.Duration
+		open   bool
+	}{{"eu-west", 72 * time.Millisecond, true}, {"ap-east", 160 * time.Millisecond, false}} {
+		p, _ := peer(us.Mesh, want.region)
+		if ratio := float64(p.RTT) / float64(want.rtt); ratio < 0.8 || ratio > 1.2 {
+			t.Errorf("%s: RTT estimate %v, injected %v: want within 20%%", want.region, p.RTT, want.rtt)
+		}
+		if p.GateOpen != want.open {
+			t.Errorf("%s: gate open %v (%s), want %v", want.region, p.GateOpen, p.Gate, want.open)
+		}
+	}
+	p, _ := peer(us.Mesh, "ap-east")
+	if !strings.Contains(p.Gate, "over 120ms") {
+		t.Errorf("ap-east gate reason %q should say the RTT is over the threshold", p.Gate)
+	}
+
+	links.SetRTT("us-east", "eu-west", 250*time.Millisecond)
+	took := eventually(t, 3*time.Second, "gate closes when the link slows", func() bool {
+		p, _ := peer(us.Mesh, "eu-west")
+		return !p.GateOpen
+	})
+	t.Logf("gate closed %v after the delay jumped", took)
+	links.SetRTT("us-east", "eu-west", 72*time.Millisecond)
+	reopened := eventually(t, 10*time.Second, "gate reopens when the link recovers", func() bool {
+		p, _ := peer(us.Mesh, "eu-west")
+		return p.GateOpen
+	})
+	t.Logf("gate reopened %v after the delay recovered", reopened)
+}
+
+func TestKilledNodeLeavesTheView(t *testing.T) {
+	nodes := cluster(t, threeRegions(), "us-east", "eu-west", "ap-east")
+	for _, n := range nodes {
+		n.src.set(Load{Replicas: 2, Slots: 16})
+	}
+	eventually(t, 5*time.Second, "ap-east healthy", func() bool {
+		p, ok := peer(nodes[0].Mesh, "ap-east")
+		return ok && p.Healthy
+	})
+	_ = nodes[2].Shutdown() // a crash: no leave message
+	took := eventually(t, 10*time.Second, "crashed node disappears", func() bool {
+		p, ok := peer(nodes[0].Mesh, "ap-east")
+		return (!ok || !p.Healthy) && len(nodes[0].Members()) == 2
+	})
+	t.Logf("crashed node left the view in %v", took)
+}
+
+func TestStaleDataMeansUnavailable(t *testing.T) {
+	nodes := cluster(t, NewLinks(), "us-east", "eu-west")
+	nodes[1].src.set(Load{Replicas: 2, Slots: 16})
+	eventually(t, 5*time.Second, "eu-west healthy", func() bool {
+		p, ok := peer(nodes[0].Mesh, "eu-west")
+		return ok && p.Healthy
+	})
+	// Stop eu-west's publishing without it leaving the membership.
+	close(nodes[1].stop)
+	nodes[1].closed.Store(true)
+	nodes[1].wg.Wait()
+	eventually(t, 5*time.Second, "silent region becomes unavailable", func() bool {
+		p, _ := peer(nodes[0].Mesh, "eu-west")
+		return !p.Healthy && p.DataAge > 2*time.Second
+	})
+	_ = nodes[1].ml.Shutdown()
+}
+
+func TestSecurity(t *testing.T) {
+	t.Run("refuses to start without a key", func(t *testing.T) {
+		cfg := DefaultConfig("us-east")
+		if _, err := New(cfg, &fakeSource{}); err == nil || !strings.Contains(err.Error(), "SKYWALKER_GOSSIP_KEY") {
+			t.Errorf("err = %v, want a refusal naming SKYWALKER_GOSSIP_KEY", err)
+		}
+		cfg.Keys = []string{"not base64!"}
+		if _, err := New(cfg, &fakeSource{}); err == nil {
+			t.Error("a malformed key must be refused")
+		}
+	})
+	links := NewLinks()
+	good := startNode(t, links, "us-east", "good", func(*Config) {})
+	t.Run("a node with the wrong key cannot join", func(t *testing.T) {
+		other := base64.StdEncoding.EncodeToString([]byte("fedcba9876543210"))
+		bad := startNode(t, links, "eu-west", "wrong-key", func(c *Config) { c.Keys = []string{other} })
+		_, _ = bad.Join([]string{good.Addr()})
+		time.Sleep(500 * time.Millisecond)
+		if len(good.Members()) != 1 || len(bad.Members()) != 1 {
+			t.Errorf("members %v / %v: a node with another key must not join", good.Members(), bad.Members())
+		}
+	})
+	t.Run("a mesh with another label is ignored", func(t *testing.T) {
+		alien := startNode(t, links, "eu-west", "alien", func(c *Config) { c.Label = "another-mesh" })
+		_, _ = alien.Join([]string{good.Addr()})
+		time.Sleep(500 * time.Millisecond)
+		if len(good.Members()) != 1 || len(alien.Members()) != 1 {
+			t.Errorf("members %v / %v: meshes with different labels must not merge", good.Members(), alien.Members())
+		}
+	})
+	t.Run("keys rotate without losing members", func(t *testing.T) {
+		peerNode := startNode(t, links, "eu-west", "rotating", func(*Config) {})
+		if _, err := peerNode.Join([]string{good.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		newKey := []byte("abcdefghijklmnopqrstuvwxyz012345")
+		for _, n := range []*testNode{good, peerNode} {
+			if err := n.Keyring().AddKey(newKey); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, n := range []*testNode{good, peerNode} {
+			if err := n.Keyring().UseKey(newKey); err != nil {
+				t.Fatal(err)
+			}
+		}
+		old, _ := ParseKey(testKey)
+		for _, n := range []*testNode{good, peerNode} {
+			if err := n.Keyring().RemoveKey(old); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(time.Second)
+		if len(good.Members()) != 2 {
+			t.Errorf("members after rotation: %v", good.Members())
+		}
+	})
+}
+
+func TestGateHysteresis(t *testing.T) {
+	p := gateParams{alpha: 0.3, maxRTT: 120 * time.Millisecond, maxLoss: 0.5, reopen: 3}
+	l := newLinkState()
+	now := time.Now()
+	steps := []struct {
+		rtt      time.Duration
+		ok       bool
+		wantOpen bool
+	}{
+		{70 * time.Millisecond, true, false}, // first samples: measuring
+		{70 * time.Millisecond, true, false},
+		{70 * time.Millisecond, true, true},   // three good: open
+		{0, false, true},                      // one lost probe: loss 30%, under the 50% bound: still open
+		{200 * time.Millisecond, true, false}, // a breach closes at once
+		{70 * time.Millisecond, true, false},  // hysteresis: one good sample is not enough
+		{70 * time.Millisecond, true, false},
+		{70 * time.Millisecond, true, true}, // the third good sample in a row reopens
+		{100 * time.Millisecond, true, true},
+		{400 * time.Millisecond, true, false}, // smoothed RTT now above the threshold too
+		{70 * time.Millisecond, true, false},
+		{70 * time.Millisecond, true, false},
+		{70 * time.Millisecond, true, false}, // good samples, but the average is still over 120 ms
+	}
+	for i, s := range steps {
+		l.observe(s.rtt, s.ok, now, p)
+		if l.open != s.wantOpen {
+			t.Fatalf("step %d (%v, ok=%v): open=%v (%s), want %v", i, s.rtt, s.ok, l.open, l.reason, s.wantOpen)
+		}
+	}
+	for i := 0; i < 10 && !l.open; i++ {
+		l.observe(70*time.Millisecond, true, now, p)
+	}
+	if !l.open {
+		t.Errorf("gate never reopened: %s", l.reason)
+	}
+	for range 3 {
+		l.observe(0, false, now, p)
+	}
+	if l.open || !strings.Contains(l.reason, "loss") {
+		t.Errorf("after repeated loss: open=%v reason=%q, want closed for loss", l.open, l.reason)
+	}
+}

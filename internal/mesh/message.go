@@ -1,0 +1,278 @@
+package mesh
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"skywalker/internal/policy"
+)
+
+// Wire formats. Every message starts with "SW", a format version and a
+// type. Strings are a length byte and bytes; integers are uvarints. Every
+// decoder checks lengths against the input before using them and never
+// panics (FuzzDecode).
+const (
+	wireVersion = 1
+
+	msgLoad   = 1 // a node's load summary
+	msgDigest = 2 // a node's full prefix digest
+	msgDelta  = 3 // the words of a digest that changed since a generation
+
+	// MaxMessageBytes bounds every message a peer may send us: a full
+	// digest of the largest legal filter plus headers.
+	MaxMessageBytes = 17 << 20
+)
+
+// ErrBadMessage is wrapped by every decode error.
+var ErrBadMessage = errors.New("bad mesh message")
+
+// Load is one node's view of its region's load, as published.
+type Load struct {
+	QueueWait   time.Duration
+	Queued      int // requests held in this node's balancer
+	Replicas    int // healthy replicas
+	Slots       int // dispatch slots over them
+	Outstanding int // queued plus in flight through this node
+	Prefill     policy.PrefillProfile
+}
+
+// loadMsg is a load summary on the wire.
+type loadMsg struct {
+	Node string
+	Seq  uint64 // increases with every summary from the node
+	Load Load
+}
+
+// deltaMsg carries the words of a node's digest that changed between two
+// generations.
+type deltaMsg struct {
+	Node    string
+	Base    uint64 // generation the delta applies to
+	Gen     uint64 // generation after applying it
+	Indexes []uint32
+	Words   []uint64
+}
+
+type writer struct{ b []byte }
+
+func (w *writer) header(typ byte) { w.b = append(w.b, 'S', 'W', wireVersion, typ) }
+func (w *writer) str(s string) {
+	if len(s) > 255 {
+		s = s[:255]
+	}
+	w.b = append(w.b, byte(len(s)))
+	w.b = append(w.b, s...)
+}
+func (w *writer) uvarint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
+func (w *writer) u64(v uint64)     { w.b = binary.LittleEndian.AppendUint64(w.b, v) }
+
+func encodeLoad(m loadMsg) []byte {
+	w := writer{b: make([]byte, 0, 96)}
+	w.header(msgLoad)
+	w.str(m.Node)
+	w.uvarint(m.Seq)
+	l := m.Load
+	for _, v := range []int64{int64(l.QueueWait), int64(l.Queued), int64(l.Replicas), int64(l.Slots), int64(l.Outstanding),
+		int64(l.Prefill.Fixed), int64(l.Prefill.PerToken)} {
+		w.uvarint(uint64(max(v, 0)))
+	}
+	w.u64(math.Float64bits(l.Prefill.PerTokenSquared))
+	return w.b
+}
+
+func encodeDigest(node string, digest []byte) []byte {
+	w := writer{b: make([]byte, 0, len(digest)+len(node)+8)}
+	w.header(msgDigest)
+	w.str(node)
+	w.b = append(w.b, digest...)
+	return w.b
+}
+
+func encodeDelta(m deltaMsg) []byte {
+	w := writer{b: make([]byte, 0, 32+10*len(m.Words))}
+	w.header(msgDelta)
+	w.str(m.Node)
+	w.uvarint(m.Base)
+	w.uvarint(m.Gen)
+	w.uvarint(uint64(len(m.Words)))
+	prev := uint32(0)
+	for i, idx := range m.Indexes {
+		w.uvarint(uint64(idx - prev)) // ascending: store gaps
+		prev = idx
+		w.u64(m.Words[i])
+	}
+	return w.b
+}
+
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (r *reader) fail(format string, args ...any) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", ErrBadMessage, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *reader) byte() byte {
+	if r.err != nil || r.off >= len(r.b) {
+		r.fail("truncated")
+		return 0
+	}
+	c := r.b[r.off]
+	r.off++
+	return c
+}
+
+func (r *reader) str() string {
+	n := int(r.byte())
+	if r.err != nil || n > len(r.b)-r.off {
+		r.fail("truncated string")
+		return ""
+	}
+	s := string(r.b[r.off : r.off+n])
+	r.off += n
+	return s
+}
+
+func (r *reader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b[r.off:])
+	if n <= 0 {
+		r.fail("bad varint")
+		return 0
+	}
+	r.off += n
+	return v
+}
+
+// count reads a uvarint that must fit an int no larger than limit.
+func (r *reader) count(limit int) int {
+	v := r.uvarint()
+	if v > uint64(limit) {
+		r.fail("value %d over %d", v, limit)
+		return 0
+	}
+	return int(v)
+}
+
+func (r *reader) u64() uint64 {
+	if r.err != nil || len(r.b)-r.off < 8 {
+		r.fail("truncated")
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(r.b[r.off:])
+	r.off += 8
+	return v
+}
+
+// decodeHeader checks the magic and version and returns the type.
+func decodeHeader(b []byte) (byte, *reader, error) {
+	if len(b) > MaxMessageBytes {
+		return 0, nil, fmt.Errorf("%w: %d bytes, over %d", ErrBadMessage, len(b), MaxMessageBytes)
+	}
+	if len(b) < 4 || b[0] != 'S' || b[1] != 'W' {
+		return 0, nil, fmt.Errorf("%w: bad magic", ErrBadMessage)
+	}
+	if b[2] != wireVersion {
+		return 0, nil, fmt.Errorf("%w: unsupported version %d", ErrBadMessage, b[2])
+	}
+	return b[3], &reader{b: b, off: 4}, nil
+}
+
+const maxCount = 1 << 40 // bounds durations (ns, ~18 min) and counts on the wire
+
+func decodeLoad(r *reader) (loadMsg, error) {
+	var m loadMsg
+	m.Node = r.str()
+	m.Seq = r.uvarint()
+	l := &m.Load
+	l.QueueWait = time.Duration(r.count(maxCount))
+	l.Queued = r.count(maxCount)
+	l.Replicas = r.count(1 << 20)
+	l.Slots = r.count(1 << 30)
+	l.Outstanding = r.count(maxCount)
+	l.Prefill.Fixed = time.Duration(r.count(maxCount))
+	l.Prefill.PerToken = time.Duration(r.count(maxCount))
+	sq := math.Float64frombits(r.u64())
+	if r.err == nil && (math.IsNaN(sq) || sq < 0 || sq > 1e6) {
+		r.fail("bad prefill coefficient")
+	}
+	l.Prefill.PerTokenSquared = sq
+	if r.err == nil && r.off != len(r.b) {
+		r.fail("trailing bytes")
+	}
+	if r.err == nil && m.Node == "" {
+		r.fail("empty node name")
+	}
+	return m, r.err
+}
+
+func decodeDelta(r *reader) (deltaMsg, error) {
+	var m deltaMsg
+	m.Node = r.str()
+	m.Base = r.uvarint()
+	m.Gen = r.uvarint()
+	// Each word takes at least 9 bytes, so the input bounds the count.
+	n := r.count((len(r.b) - r.off) / 9)
+	idx := uint64(0)
+	for i := 0; i < n && r.err == nil; i++ {
+		gap := r.uvarint()
+		if i > 0 && gap == 0 {
+			r.fail("indexes not ascending")
+		}
+		idx += gap
+		if idx > math.MaxUint32 {
+			r.fail("index out of range")
+		}
+		m.Indexes = append(m.Indexes, uint32(idx))
+		m.Words = append(m.Words, r.u64())
+	}
+	if r.err == nil && r.off != len(r.b) {
+		r.fail("trailing bytes")
+	}
+	if r.err == nil && (m.Node == "" || m.Gen <= m.Base) {
+		r.fail("empty node name or generation not increasing")
+	}
+	return m, r.err
+}
+
+// meta is the node metadata memberlist carries for every member.
+type meta struct {
+	Region       string
+	Jurisdiction string
+	APIAddr      string
+	Version      string
+}
+
+func encodeMeta(m meta) []byte {
+	w := writer{}
+	w.b = append(w.b, wireVersion)
+	w.str(m.Region)
+	w.str(m.Jurisdiction)
+	w.str(m.APIAddr)
+	w.str(m.Version)
+	return w.b
+}
+
+func decodeMeta(b []byte) (meta, error) {
+	r := reader{b: b}
+	if v := r.byte(); r.err == nil && v != wireVersion {
+		r.fail("unsupported meta version %d", v)
+	}
+	m := meta{Region: r.str(), Jurisdiction: r.str(), APIAddr: r.str(), Version: r.str()}
+	if r.err == nil && r.off != len(b) {
+		r.fail("trailing bytes")
+	}
+	if r.err == nil && m.Region == "" {
+		r.fail("empty region")
+	}
+	return m, r.err
+}
