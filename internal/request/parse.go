@@ -52,17 +52,41 @@ func (o Options) withDefaults() Options {
 // ReadBody reads a whole body, failing with a 413 *apierr.Error once it
 // exceeds limit bytes (limit <= 0 means DefaultMaxBodyBytes).
 func ReadBody(r io.Reader, limit int) ([]byte, error) {
+	return ReadBodyInto(nil, r, -1, limit)
+}
+
+// ReadBodyInto is ReadBody appending to buf (which may be reused from a
+// pool). A known Content-Length (size >= 0) sizes the buffer once and
+// rejects an oversized body before reading it.
+func ReadBodyInto(buf []byte, r io.Reader, size int64, limit int) ([]byte, error) {
 	if limit <= 0 {
 		limit = DefaultMaxBodyBytes
 	}
-	body, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
-	if err != nil {
-		return nil, fmt.Errorf("read request body: %w", err)
-	}
-	if len(body) > limit {
+	if size > int64(limit) {
 		return nil, tooLarge(limit)
 	}
-	return body, nil
+	if size >= 0 && cap(buf) < int(size)+1 {
+		buf = make([]byte, 0, size+1) // +1: room to see EOF without growing
+	}
+	buf = buf[:0]
+	lr := io.LimitReader(r, int64(limit)+1)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := lr.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read request body: %w", err)
+		}
+	}
+	if len(buf) > limit {
+		return nil, tooLarge(limit)
+	}
+	return buf, nil
 }
 
 func tooLarge(limit int) *apierr.Error {

@@ -15,14 +15,15 @@ import (
 
 // simRequest tracks one request through the simulation.
 type simRequest struct {
-	req        *request.Request
-	ingress    int
-	served     int
-	arrival    time.Duration
-	dispatched time.Duration
-	firstToken time.Duration // -1 until the first token
-	forwarded  bool
-	retries    int
+	req         *request.Request
+	ingress     int
+	served      int
+	forwardedTo int // region the ingress forwarded it to, or -1
+	arrival     time.Duration
+	dispatched  time.Duration
+	firstToken  time.Duration // -1 until the first token
+	forwarded   bool
+	retries     int
 }
 
 // replica is one engine of a region.
@@ -72,6 +73,10 @@ type region struct {
 	prefill  policy.PrefillProfile
 	maxIn    int
 	peers    []peerState
+	// forwarding counts requests this region has in flight at each peer;
+	// peers' summaries are old, and what we sent since must count, or a
+	// burst herds onto the one peer that looked idle (as the proxy does).
+	forwarding []int
 
 	digest       *digest.Digest // live: blocks added as the index learns them
 	published    *digest.Digest // last snapshot sent to peers
@@ -93,7 +98,7 @@ type region struct {
 
 func newRegion(w *world, idx int, spec RegionSpec) *region {
 	r := &region{w: w, idx: idx, spec: spec, service: policy.NewEWMA(w.cfg.ServiceAlpha), prefill: spec.Profile.Prefill(),
-		peers: make([]peerState, len(w.cfg.Regions)), matched: make([]int, prefix.MaxTargets), expireAt: -1}
+		peers: make([]peerState, len(w.cfg.Regions)), forwarding: make([]int, len(w.cfg.Regions)), matched: make([]int, prefix.MaxTargets), expireAt: -1}
 	pol, _ := policy.New(w.cfg.Policy, *w.cfg.PolicyConfig) // validated by Config
 	r.bal = balancer.New(pol, w.cfg.Balancer)
 	blockTokens := max(w.blockTokens, 1)
@@ -151,7 +156,7 @@ func (r *region) View(req *request.Request) *policy.View {
 		p := policy.PeerRegion{
 			Name: peer.spec.Name, Jurisdiction: peer.spec.Jurisdiction, Healthy: s.replicas > 0,
 			DataAge: r.w.now - s.at, RTT: rtt, GateOpen: rtt <= r.w.gateRTT, QueueWait: s.queueWait, Queued: s.queued,
-			Replicas: s.replicas, Slots: s.slots, Outstanding: s.outstanding, Prefill: peer.prefill,
+			Replicas: s.replicas, Slots: s.slots, Outstanding: s.outstanding + r.forwarding[j], Prefill: peer.prefill,
 		}
 		if !p.GateOpen {
 			p.GateReason = "rtt above threshold"
@@ -177,7 +182,10 @@ func (r *region) Deliver(o balancer.Outcome) {
 		r.dispatch(sr, o.Decision.Replica)
 	case policy.Forward:
 		r.forwardedOut++
-		r.w.forward(sr, r.idx, r.viewPeerIdx[o.Decision.Peer])
+		to := r.viewPeerIdx[o.Decision.Peer]
+		r.forwarding[to]++
+		sr.forwardedTo = to
+		r.w.forward(sr, r.idx, to)
 	}
 }
 

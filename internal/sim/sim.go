@@ -110,7 +110,7 @@ func (w *world) pullArrival() error {
 	if !ok {
 		return fmt.Errorf("sim: arrival %s at unknown region %q", a.Request.ID, a.Region)
 	}
-	sr := &simRequest{req: a.Request, ingress: idx, served: -1, arrival: a.At, firstToken: -1}
+	sr := &simRequest{req: a.Request, ingress: idx, served: -1, forwardedTo: -1, arrival: a.At, firstToken: -1}
 	w.push(event{at: a.At, kind: evArrival, region: int32(idx), req: sr})
 	return nil
 }
@@ -221,14 +221,22 @@ func (w *world) finish(sr *simRequest, s *engine.Sequence) {
 		back = w.oneWay(sr.served, sr.ingress)
 	}
 	w.collect.complete(sr, s, sr.firstToken+back-sr.arrival, w.now+back-sr.arrival)
+	w.settle(sr)
+}
+
+// settle forgets a request that completed or was dropped.
+func (w *world) settle(sr *simRequest) {
+	if sr.forwardedTo >= 0 {
+		f := &w.regions[sr.ingress].forwarding[sr.forwardedTo]
+		*f = max(*f-1, 0)
+	}
 	delete(w.live, sr.req)
 	w.outstanding--
 }
 
 func (w *world) drop(sr *simRequest, code apierr.Code) {
 	w.collect.drop(sr, string(code))
-	delete(w.live, sr.req)
-	w.outstanding--
+	w.settle(sr)
 }
 
 func (w *world) checkFault(f Fault) error {

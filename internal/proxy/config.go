@@ -1,0 +1,269 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"skywalker/internal/engine"
+	"skywalker/internal/policy"
+	"skywalker/internal/request"
+)
+
+// Config is the proxy's configuration. Sources apply in the order
+// defaults < YAML file < environment < flags; Validate names the bad field.
+type Config struct {
+	Region       string `yaml:"region"`       // REGION_ID
+	Jurisdiction string `yaml:"jurisdiction"` // SKYWALKER_JURISDICTION, e.g. "eu"
+	NodeID       string `yaml:"node_id"`      // SKYWALKER_NODE_ID; default region + listen address
+
+	Listen          string `yaml:"listen"`           // HTTP, default :9000
+	AdvertiseURL    string `yaml:"advertise_url"`    // SKYWALKER_ADVERTISE_URL: how peers reach this proxy
+	GossipBind      string `yaml:"gossip_bind"`      // default :7946
+	GossipAdvertise string `yaml:"gossip_advertise"` // SKYWALKER_GOSSIP_ADVERTISE host:port
+
+	// Peers are the other regions' proxies (PEER_REGIONS,
+	// "eu-west:https://router.eu:9000,ap-east:10.0.0.5:7946"): seeds for
+	// joining the mesh. An http(s) URL is asked for its gossip address; a
+	// host:port is the gossip address itself.
+	Peers []PeerSeed `yaml:"peers"`
+	// WorkerPool lists the region's replicas (LOCAL_WORKER_POOL): base
+	// URLs, or one DNS name (optionally with :port) whose A records are the
+	// replicas, re-resolved every ResolveInterval.
+	WorkerPool []string `yaml:"worker_pool"`
+
+	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // MAX_WAN_RTT_THRESHOLD_MS; default 120 ms
+	GossipKeys     []string      `yaml:"gossip_keys"`     // SKYWALKER_GOSSIP_KEY (comma-separated: primary first)
+	InsecureGossip bool          `yaml:"insecure_gossip"` // SKYWALKER_INSECURE_GOSSIP: development only
+	ClusterLabel   string        `yaml:"cluster_label"`   // SKYWALKER_CLUSTER_LABEL; default "skywalker"
+	MeshPreset     string        `yaml:"mesh_preset"`     // SKYWALKER_MESH_PRESET: wan (default), lan, local
+
+	Policy       string        `yaml:"policy"`         // SKYWALKER_POLICY; default skywalker
+	Profile      string        `yaml:"profile"`        // SKYWALKER_PROFILE: the replicas' engine profile, for prefill estimates
+	MaxInFlight  int           `yaml:"max_in_flight"`  // SKYWALKER_MAX_IN_FLIGHT per replica; default 64
+	MaxQueue     int           `yaml:"max_queue"`      // SKYWALKER_MAX_QUEUE; default 4096
+	MaxWait      time.Duration `yaml:"max_wait"`       // SKYWALKER_MAX_WAIT; default 30 s
+	MaxBodyBytes int           `yaml:"max_body_bytes"` // SKYWALKER_MAX_BODY_BYTES; default 16 MiB
+	Retries      int           `yaml:"retries"`        // SKYWALKER_RETRIES before the first byte; default 2
+
+	ScrapeInterval  time.Duration `yaml:"scrape_interval"`  // default 100 ms
+	ResolveInterval time.Duration `yaml:"resolve_interval"` // DNS pools; default 10 s
+	EjectAfter      int           `yaml:"eject_after"`      // consecutive failures; default 3
+	DrainTimeout    time.Duration `yaml:"drain_timeout"`    // graceful shutdown; default 30 s
+}
+
+// PeerSeed is one PEER_REGIONS entry.
+type PeerSeed struct {
+	Region string `yaml:"region"`
+	Addr   string `yaml:"addr"`
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: 120 * time.Millisecond, ClusterLabel: "skywalker",
+		MeshPreset: "wan", Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: 64, MaxQueue: 4096,
+		MaxWait: 30 * time.Second, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: 2, ScrapeInterval: 100 * time.Millisecond,
+		ResolveInterval: 10 * time.Second, EjectAfter: 3, DrainTimeout: 30 * time.Second}
+}
+
+const maxConfigBytes = 1 << 20
+
+// ApplyYAML overlays a YAML configuration file, strictly: unknown keys and
+// wrong types are errors.
+func (c *Config) ApplyYAML(data []byte) error {
+	if len(data) > maxConfigBytes {
+		return fmt.Errorf("config file is %d bytes, over the %d-byte limit", len(data), maxConfigBytes)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config file: %w", err)
+	}
+	return nil
+}
+
+// ApplyEnv overlays the environment (getenv is os.Getenv in production).
+func (c *Config) ApplyEnv(getenv func(string) string) error {
+	var errs []error
+	str := func(name string, dst *string) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			*dst = v
+		}
+	}
+	integer := func(name string, dst *int) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: not an integer", name, v))
+				return
+			}
+			*dst = n
+		}
+	}
+	duration := func(name string, dst *time.Duration) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: not a duration (e.g. 30s)", name, v))
+				return
+			}
+			*dst = d
+		}
+	}
+	str("REGION_ID", &c.Region)
+	str("SKYWALKER_JURISDICTION", &c.Jurisdiction)
+	str("SKYWALKER_NODE_ID", &c.NodeID)
+	str("SKYWALKER_LISTEN", &c.Listen)
+	str("SKYWALKER_ADVERTISE_URL", &c.AdvertiseURL)
+	str("SKYWALKER_GOSSIP_BIND", &c.GossipBind)
+	str("SKYWALKER_GOSSIP_ADVERTISE", &c.GossipAdvertise)
+	str("SKYWALKER_CLUSTER_LABEL", &c.ClusterLabel)
+	str("SKYWALKER_MESH_PRESET", &c.MeshPreset)
+	str("SKYWALKER_POLICY", &c.Policy)
+	str("SKYWALKER_PROFILE", &c.Profile)
+	if v := getenv("PEER_REGIONS"); strings.TrimSpace(v) != "" {
+		peers, err := ParsePeers(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PEER_REGIONS: %w", err))
+		}
+		c.Peers = peers
+	}
+	if v := getenv("LOCAL_WORKER_POOL"); strings.TrimSpace(v) != "" {
+		c.WorkerPool = splitList(v)
+	}
+	if v := strings.TrimSpace(getenv("MAX_WAN_RTT_THRESHOLD_MS")); v != "" {
+		ms, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("MAX_WAN_RTT_THRESHOLD_MS=%q: not a number of milliseconds", v))
+		} else {
+			c.MaxWANRTT = time.Duration(ms * float64(time.Millisecond))
+		}
+	}
+	if v := getenv("SKYWALKER_GOSSIP_KEY"); strings.TrimSpace(v) != "" {
+		c.GossipKeys = splitList(v)
+	}
+	if v := strings.TrimSpace(getenv("SKYWALKER_INSECURE_GOSSIP")); v != "" {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SKYWALKER_INSECURE_GOSSIP=%q: not a boolean", v))
+		}
+		c.InsecureGossip = b
+	}
+	integer("SKYWALKER_MAX_IN_FLIGHT", &c.MaxInFlight)
+	integer("SKYWALKER_MAX_QUEUE", &c.MaxQueue)
+	integer("SKYWALKER_MAX_BODY_BYTES", &c.MaxBodyBytes)
+	integer("SKYWALKER_RETRIES", &c.Retries)
+	integer("SKYWALKER_EJECT_AFTER", &c.EjectAfter)
+	duration("SKYWALKER_MAX_WAIT", &c.MaxWait)
+	duration("SKYWALKER_SCRAPE_INTERVAL", &c.ScrapeInterval)
+	duration("SKYWALKER_RESOLVE_INTERVAL", &c.ResolveInterval)
+	duration("SKYWALKER_DRAIN_TIMEOUT", &c.DrainTimeout)
+	return errors.Join(errs...)
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if p := strings.TrimSpace(part); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ParsePeers reads a PEER_REGIONS value.
+func ParsePeers(s string) ([]PeerSeed, error) {
+	var out []PeerSeed
+	for _, entry := range splitList(s) {
+		region, addr, ok := strings.Cut(entry, ":")
+		if !ok || region == "" || addr == "" {
+			return nil, fmt.Errorf("entry %q: want REGION:ADDRESS", entry)
+		}
+		out = append(out, PeerSeed{Region: region, Addr: addr})
+	}
+	return out, nil
+}
+
+// Validate checks the configuration and names every bad field.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Region == "" {
+		bad("region (REGION_ID)", "required")
+	}
+	if len(c.WorkerPool) == 0 {
+		bad("worker_pool (LOCAL_WORKER_POOL)", "list at least one replica URL or a DNS name")
+	}
+	for i, w := range c.WorkerPool {
+		if strings.Contains(w, "://") {
+			u, err := url.Parse(w)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad(fmt.Sprintf("worker_pool[%d]", i), "%q is not an http(s) URL", w)
+			}
+		} else if len(c.WorkerPool) > 1 {
+			bad(fmt.Sprintf("worker_pool[%d]", i), "%q: a DNS name must be the only entry; list URLs otherwise", w)
+		}
+	}
+	for i, p := range c.Peers {
+		if p.Region == c.Region {
+			bad(fmt.Sprintf("peers[%d]", i), "region %q is this proxy's own region", p.Region)
+		}
+		if !strings.Contains(p.Addr, "://") {
+			if _, _, err := net.SplitHostPort(p.Addr); err != nil {
+				bad(fmt.Sprintf("peers[%d]", i), "%q is neither a URL nor host:port", p.Addr)
+			}
+		}
+	}
+	for _, addr := range []struct{ field, v string }{{"listen", c.Listen}, {"gossip_bind", c.GossipBind}} {
+		if _, _, err := net.SplitHostPort(addr.v); err != nil {
+			bad(addr.field, "%q is not host:port", addr.v)
+		}
+	}
+	if _, err := policy.New(c.Policy, policy.DefaultConfig()); err != nil {
+		bad("policy (SKYWALKER_POLICY)", "%v", err)
+	}
+	if _, err := engine.LookupProfile(c.Profile); err != nil {
+		bad("profile (SKYWALKER_PROFILE)", "%v", err)
+	}
+	switch c.MeshPreset {
+	case "wan", "lan", "local":
+	default:
+		bad("mesh_preset", "must be wan, lan or local")
+	}
+	if c.MaxWANRTT <= 0 {
+		bad("max_wan_rtt (MAX_WAN_RTT_THRESHOLD_MS)", "must be positive")
+	}
+	if len(c.GossipKeys) == 0 && !c.InsecureGossip && len(c.Peers) > 0 {
+		bad("gossip_keys (SKYWALKER_GOSSIP_KEY)", "required when peering; set insecure_gossip only for development")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"max_in_flight", c.MaxInFlight}, {"max_queue", c.MaxQueue}, {"max_body_bytes", c.MaxBodyBytes}, {"eject_after", c.EjectAfter}} {
+		if f.v <= 0 {
+			bad(f.name, "must be positive")
+		}
+	}
+	if c.Retries < 0 || c.Retries > 10 {
+		bad("retries", "must be in 0..10")
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"max_wait", c.MaxWait}, {"scrape_interval", c.ScrapeInterval}, {"resolve_interval", c.ResolveInterval}, {"drain_timeout", c.DrainTimeout}} {
+		if f.v <= 0 {
+			bad(f.name, "must be positive")
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,167 @@
+package proxy
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestEnvironmentOverridesTheFile(t *testing.T) {
+	c := DefaultConfig()
+	if err := c.ApplyYAML([]byte("region: from-file\npolicy: local\nmax_in_flight: 7\nworker_pool: [http://a:8000]\n")); err != nil {
+		t.Fatal(err)
+	}
+	err := c.ApplyEnv(env(map[string]string{
+		"REGION_ID": "us-east", "PEER_REGIONS": "eu-west:https://router.eu.example:9000,ap-east:10.0.0.5:7946",
+		"LOCAL_WORKER_POOL": "http://10.0.0.1:8000, http://10.0.0.2:8000", "MAX_WAN_RTT_THRESHOLD_MS": "150",
+		"SKYWALKER_GOSSIP_KEY": "a2V5a2V5a2V5a2V5a2V5aw==", "SKYWALKER_MAX_WAIT": "5s",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"region from env", c.Region, "us-east"},
+		{"policy from file", c.Policy, "local"},
+		{"max in flight from file", c.MaxInFlight, 7},
+		{"workers from env", len(c.WorkerPool), 2},
+		{"peers", len(c.Peers), 2},
+		{"peer url", c.Peers[0].Addr, "https://router.eu.example:9000"},
+		{"peer gossip", c.Peers[1].Addr, "10.0.0.5:7946"},
+		{"wan threshold", c.MaxWANRTT, 150 * time.Millisecond},
+		{"max wait", c.MaxWait, 5 * time.Second},
+		{"listen default", c.Listen, ":9000"},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s: %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		t.Errorf("valid config refused: %v", err)
+	}
+}
+
+func TestValidateNamesTheBadField(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Config)
+		want   string
+	}{
+		{"no region", func(c *Config) { c.Region = "" }, "region (REGION_ID)"},
+		{"no workers", func(c *Config) { c.WorkerPool = nil }, "worker_pool (LOCAL_WORKER_POOL)"},
+		{"bad worker", func(c *Config) { c.WorkerPool = []string{"ftp://x"} }, "worker_pool[0]"},
+		{"dns plus urls", func(c *Config) { c.WorkerPool = []string{"vllm.svc", "http://a:1"} }, "worker_pool[0]"},
+		{"own region as peer", func(c *Config) { c.Peers = []PeerSeed{{"us-east", "h:1"}} }, "peers[0]"},
+		{"peer address", func(c *Config) { c.Peers = []PeerSeed{{"eu-west", "nonsense"}} }, "peers[0]"},
+		{"policy", func(c *Config) { c.Policy = "random" }, "policy (SKYWALKER_POLICY)"},
+		{"profile", func(c *Config) { c.Profile = "tpu" }, "profile"},
+		{"listen", func(c *Config) { c.Listen = "9000" }, "listen"},
+		{"peering without a key", func(c *Config) { c.Peers = []PeerSeed{{"eu-west", "h:1"}}; c.GossipKeys = nil }, "SKYWALKER_GOSSIP_KEY"},
+		{"in flight", func(c *Config) { c.MaxInFlight = 0 }, "max_in_flight"},
+		{"wait", func(c *Config) { c.MaxWait = -time.Second }, "max_wait"},
+	}
+	for _, tc := range tests {
+		c := DefaultConfig()
+		c.Region, c.WorkerPool = "us-east", []string{"http://10.0.0.1:8000"}
+		tc.mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it to name %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestBadEnvironmentValues(t *testing.T) {
+	for k, v := range map[string]string{"MAX_WAN_RTT_THRESHOLD_MS": "fast", "SKYWALKER_MAX_IN_FLIGHT": "many",
+		"SKYWALKER_MAX_WAIT": "soon", "PEER_REGIONS": "no-colon", "SKYWALKER_INSECURE_GOSSIP": "perhaps"} {
+		c := DefaultConfig()
+		if err := c.ApplyEnv(env(map[string]string{k: v})); err == nil || !strings.Contains(err.Error(), k) {
+			t.Errorf("%s=%s: err = %v", k, v, err)
+		}
+	}
+	c := DefaultConfig()
+	if err := c.ApplyYAML([]byte("regoin: typo\n")); err == nil {
+		t.Error("unknown YAML keys must be refused")
+	}
+}
+
+func TestForwardMarkers(t *testing.T) {
+	keys, err := newForwardKeys([]string{"a2V5a2V5a2V5a2V5a2V5aw=="}, "skywalker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	m := keys.sign("us-east", "req-1", now)
+	if origin, id, err := keys.verify(m, now); err != nil || origin != "us-east" || id != "req-1" {
+		t.Errorf("verify own marker: %q %q %v", origin, id, err)
+	}
+	other, _ := newForwardKeys([]string{"b3RoZXJvdGhlcm90aGVyIQ=="}, "skywalker")
+	for name, bad := range map[string]string{
+		"other key":   other.sign("us-east", "req-1", now),
+		"tampered id": strings.Replace(m, "req-1", "req-2", 1),
+		"garbage":     "hello",
+		"too old":     keys.sign("us-east", "req-1", now.Add(-time.Hour)),
+		"not hex":     "us-east;req-1;1;zz",
+	} {
+		if _, _, err := keys.verify(bad, now); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	rotated, _ := newForwardKeys([]string{"b3RoZXJvdGhlcm90aGVyIQ==", "a2V5a2V5a2V5a2V5a2V5aw=="}, "skywalker")
+	if _, _, err := rotated.verify(m, now); err != nil {
+		t.Errorf("a marker signed with the old key must verify during rotation: %v", err)
+	}
+}
+
+func TestParseEngineMetrics(t *testing.T) {
+	vllm := `# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="m"} 3
+vllm:num_requests_running{engine="0",model_name="m"} 12
+vllm:gpu_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="2000"} 1
+`
+	m, err := parseEngineMetrics(strings.NewReader(vllm))
+	if err != nil || !m.Known || m.Waiting != 3 || m.Running != 12 || m.KVUsage != 0.5 || m.KVBlocks != 2000 || m.BlockSize != 16 {
+		t.Errorf("vllm (deprecated kv name): %+v %v", m, err)
+	}
+	sglang := "sglang:num_queue_reqs{model_name=\"m\"} 2\nsglang:num_running_reqs{model_name=\"m\"} 5\nsglang:token_usage{model_name=\"m\"} 0.25\n"
+	if m, err := parseEngineMetrics(strings.NewReader(sglang)); err != nil || m.Waiting != 2 || m.Running != 5 || m.KVUsage != 0.25 {
+		t.Errorf("sglang: %+v %v", m, err)
+	}
+	if m, err := parseEngineMetrics(strings.NewReader("process_cpu_seconds_total 3\n")); err != nil || m.Known {
+		t.Errorf("a bare server: %+v %v; want unknown, no error", m, err)
+	}
+	if _, err := parseEngineMetrics(strings.NewReader("{{{ not metrics")); err == nil {
+		t.Error("garbage must be an error")
+	}
+}
+
+func FuzzConfigYAML(f *testing.F) {
+	f.Add([]byte("region: us-east\nworker_pool: [http://a:8000]\npeers: [{region: eu-west, addr: 'h:1'}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c := DefaultConfig()
+		if err := c.ApplyYAML(data); err != nil {
+			return
+		}
+		_ = c.Validate()
+	})
+}
+
+func FuzzEngineMetrics(f *testing.F) {
+	f.Add([]byte("vllm:num_requests_waiting{engine=\"0\"} 3\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = parseEngineMetrics(strings.NewReader(string(data)))
+	})
+}
+
+func FuzzForwardMarker(f *testing.F) {
+	keys, _ := newForwardKeys(nil, "skywalker")
+	f.Add(keys.sign("us-east", "x", time.Now()))
+	f.Fuzz(func(t *testing.T, marker string) {
+		_, _, _ = keys.verify(marker, time.Now())
+	})
+}

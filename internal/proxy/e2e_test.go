@@ -1,0 +1,105 @@
+package proxy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestServesLocallyAndStreams(t *testing.T) {
+	c := startCluster(t, clusterOpts{})
+	r := call(t, c.regions["us-east"].url, chat("hello there", 8, true, `,"stream_options":{"include_usage":true}`), nil)
+	if r.status != 200 || r.region != "us-east" || r.replica == "" || r.reason == "" {
+		t.Fatalf("got %+v", r)
+	}
+	if r.contentType != "text/event-stream" || !strings.HasSuffix(strings.TrimSpace(r.body), "data: [DONE]") {
+		t.Errorf("stream not passed through: %q", r.body)
+	}
+	nr := call(t, c.regions["eu-west"].url, chat("hello there", 4, false, ""), nil)
+	var body struct {
+		Usage struct {
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if err := json.Unmarshal([]byte(nr.body), &body); err != nil || body.Usage.CompletionTokens != 4 {
+		t.Errorf("non-streaming response %q (%v)", nr.body, err)
+	}
+}
+
+func TestResidencyNeverLeavesItsJurisdiction(t *testing.T) {
+	c := startCluster(t, clusterOpts{})
+	for _, ingress := range []string{"us-east", "eu-west", "ap-east"} {
+		for _, how := range []struct {
+			body   string
+			header map[string]string
+		}{
+			{chat("my data stays in the EU", 4, true, `,"metadata":{"data_residency":"eu"}`), nil},
+			{chat("my data stays in the EU", 4, true, ""), map[string]string{"X-Data-Residency": "eu"}},
+		} {
+			r := call(t, c.regions[ingress].url, how.body, how.header)
+			if r.status != 200 || r.region != "eu-west" {
+				t.Errorf("from %s: status %d served in %q, want eu-west", ingress, r.status, r.region)
+			}
+		}
+	}
+	r := call(t, c.regions["us-east"].url, chat("nowhere", 4, false, `,"metadata":{"data_residency":"cn"}`), nil)
+	if r.status != 503 {
+		t.Errorf("a jurisdiction no region has: status %d, want 503", r.status)
+	}
+}
+
+func TestALongPrefixSticksToItsReplica(t *testing.T) {
+	c := startCluster(t, clusterOpts{})
+	system := strings.Repeat("You are the support agent for a cross-region inference platform. ", 150) // ~10 KB
+	var first result
+	for i := range 6 {
+		body := `{"model":"m","messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"question ` +
+			string(rune('a'+i)) + `"}],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}`
+		r := call(t, c.regions["eu-west"].url, body, nil)
+		if r.status != 200 {
+			t.Fatalf("status %d: %s", r.status, r.body)
+		}
+		if i == 0 {
+			first = r
+			continue
+		}
+		if r.replica != first.replica || r.region != first.region {
+			t.Errorf("request %d went to %s/%s, the prefix is on %s/%s", i, r.region, r.replica, first.region, first.replica)
+		}
+		if !strings.Contains(r.body, `"cached_tokens":`) || strings.Contains(r.body, `"cached_tokens":0}`) {
+			t.Errorf("request %d reused no cache: %s", i, r.body[strings.LastIndex(r.body, "usage"):])
+		}
+	}
+}
+
+func TestBadInputsGetTheirStatus(t *testing.T) {
+	c := startCluster(t, clusterOpts{maxQueue: 1, maxInFlight: 1, maxWait: 300 * time.Millisecond})
+	us := c.regions["us-east"]
+	tests := []struct {
+		name   string
+		body   string
+		header map[string]string
+		status int
+		code   string
+	}{
+		{"malformed JSON", `{"messages": [`, nil, 400, "invalid_request"},
+		{"missing messages", `{"model":"m"}`, nil, 400, "invalid_request"},
+		{"unknown model", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, nil, 404, "model_not_found"},
+		{"body over the limit", `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 17<<20) + `"}]}`, nil, 413, "body_too_large"},
+		{"forged forwarding marker", chat("hi", 2, false, ""), map[string]string{ForwardHeader: "us-east;x;1;00"}, 403, "forbidden"},
+		{"contradicting residency", chat("hi", 2, false, `,"metadata":{"data_residency":"eu"}`), map[string]string{"X-Data-Residency": "us"}, 400, "invalid_request"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := call(t, us.url, tc.body, tc.header)
+			var e struct {
+				Error struct{ Code, Message string }
+			}
+			_ = json.Unmarshal([]byte(r.body), &e)
+			if r.status != tc.status || e.Error.Code != tc.code || e.Error.Message == "" {
+				t.Errorf("status %d code %q body %.200s; want %d %q", r.status, e.Error.Code, r.body, tc.status, tc.code)
+			}
+		})
+	}
+}

@@ -1,0 +1,210 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/request"
+)
+
+// completion handles /v1/chat/completions and /v1/completions: parse,
+// route, then stream from a local replica or a peer region, retrying
+// before the first byte on another target.
+func (s *Server) completion(kind request.Kind) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.draining.Load() {
+			apierr.Write(w, &apierr.Error{Code: apierr.Unavailable, Message: "this proxy is shutting down", RetryAfter: time.Second})
+			return
+		}
+		s.active.Add(1)
+		defer s.active.Done()
+		arrival := time.Now()
+		bufp := bodyPool.Get().(*[]byte)
+		body, err := request.ReadBodyInto(*bufp, r.Body, r.ContentLength, s.cfg.MaxBodyBytes)
+		defer func() {
+			if cap(body) <= 1<<20 && body != nil {
+				*bufp = body[:0]
+			}
+			bodyPool.Put(bufp)
+		}()
+		if err != nil {
+			s.reject(w, err, "bad_request")
+			return
+		}
+		req, err := request.Parse(kind, body, request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes})
+		if err == nil {
+			err = req.ApplyResidencyHeader(r.Header.Get("X-Data-Residency"))
+		}
+		if err != nil {
+			s.reject(w, err, "bad_request")
+			return
+		}
+		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
+		if marker := r.Header.Get(ForwardHeader); marker != "" {
+			origin, id, err := s.keys.verify(marker, arrival)
+			if err != nil {
+				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
+				return
+			}
+			req.ID, req.Region, req.Forwarded = id, origin, true
+			if !req.AllowedIn(s.cfg.Jurisdiction) {
+				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Param: "metadata.data_residency",
+					Message: "a request resident in " + req.Residency + " may not be served in " + s.cfg.Region}, "forbidden")
+				return
+			}
+		}
+		if models, known := s.router.models(); known && req.Model != "" && !slices.Contains(models, req.Model) {
+			s.reject(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model", Message: "the model " + strconv.Quote(req.Model) + " is not served here"}, "not_found")
+			return
+		}
+		s.route(w, r, req, body)
+	}
+}
+
+// bodyPool recycles request body buffers (up to 1 MiB each).
+var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// route runs the routing loop for one parsed request.
+func (s *Server) route(w http.ResponseWriter, r *http.Request, req *request.Request, body []byte) {
+	for attempt := 0; ; attempt++ {
+		o, err := s.router.Route(r.Context(), req)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				s.metrics.requests.WithLabelValues(req.Region, s.cfg.Region, "client_gone").Inc()
+				return
+			}
+			s.reject(w, err, "rejected")
+			return
+		}
+		s.metrics.queueWait.Observe(o.Waited.Seconds())
+		out := &relayResult{}
+		var started bool
+		served := o.Decision.Region
+		if o.replica != nil {
+			if req.PromptTokens > 0 {
+				s.metrics.match.Observe(float64(req.CachedTokens(o.prefixBlocks)) / float64(req.PromptTokens))
+			}
+			started, err = s.toReplica(w, r, req, body, o, out)
+		} else {
+			started, err = s.toPeer(w, r, req, body, o, out)
+		}
+		if !out.firstByte.IsZero() {
+			s.metrics.ttft.Observe(out.firstByte.Sub(req.Arrival).Seconds())
+		}
+		switch {
+		case err == nil:
+			s.metrics.requests.WithLabelValues(req.Region, served, "ok").Inc()
+			if !req.Forwarded {
+				s.demand.add(req.Arrival, req.PromptTokens, out.outputTokens())
+			}
+			return
+		case started:
+			s.metrics.requests.WithLabelValues(req.Region, served, "failed_midstream").Inc()
+			s.log.Warn("stream failed midway", "id", req.ID, "served", served, "err", err)
+			return
+		case r.Context().Err() != nil:
+			s.metrics.requests.WithLabelValues(req.Region, served, "client_gone").Inc()
+			return
+		case attempt >= s.cfg.Retries:
+			s.reject(w, &apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request: " + err.Error(),
+				RetryAfter: time.Second}, "upstream_error")
+			return
+		}
+		s.log.Info("retrying elsewhere", "id", req.ID, "attempt", attempt+1, "err", err)
+		if o.peer != nil {
+			req.Forwarded = true // the peer failed: serve it here
+		}
+	}
+}
+
+func (s *Server) reject(w http.ResponseWriter, err error, outcome string) {
+	e := apierr.From(err)
+	s.metrics.requests.WithLabelValues(s.cfg.Region, "", outcome).Inc()
+	apierr.Write(w, e)
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	models, _ := s.router.models()
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		OwnedBy string `json:"owned_by"`
+	}
+	list := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, m := range models {
+		list.Data = append(list.Data, model{ID: m, Object: "model", OwnedBy: "skywalker"})
+	}
+	writeJSON(w, 200, list)
+}
+
+// debug serves /debug/skywalker: the current view, gates, RTTs, queue and
+// recent decisions.
+func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
+	r := s.router
+	r.mu.Lock()
+	type replicaView struct {
+		Name     string  `json:"name"`
+		URL      string  `json:"url"`
+		Healthy  bool    `json:"healthy"`
+		InFlight int     `json:"in_flight"`
+		Waiting  int     `json:"waiting"`
+		Running  int     `json:"running"`
+		KVUsage  float64 `json:"kv_usage"`
+		Metrics  bool    `json:"engine_metrics"`
+		Blocks   int     `json:"indexed_blocks"`
+	}
+	type peerView struct {
+		Region   string  `json:"region"`
+		Healthy  bool    `json:"healthy"`
+		Nodes    int     `json:"nodes"`
+		RTTMs    float64 `json:"rtt_ms"`
+		Loss     float64 `json:"loss"`
+		GateOpen bool    `json:"gate_open"`
+		Gate     string  `json:"gate"`
+		AgeMs    float64 `json:"data_age_ms"`
+		Queued   int     `json:"queued"`
+		Replicas int     `json:"replicas"`
+	}
+	out := struct {
+		Region    string        `json:"region"`
+		Node      string        `json:"node"`
+		Policy    string        `json:"policy"`
+		Replicas  []replicaView `json:"replicas"`
+		Peers     []peerView    `json:"peers"`
+		Queue     any           `json:"queue"`
+		Decisions []Decision    `json:"recent_decisions"`
+	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: r.bal.Policy().Name(), Queue: r.bal.Held(time.Now())}
+	for _, rp := range r.replicas {
+		out.Replicas = append(out.Replicas, replicaView{Name: rp.name, URL: rp.url.String(), Healthy: rp.healthy, InFlight: rp.inflight,
+			Waiting: rp.metrics.Waiting, Running: rp.metrics.Running, KVUsage: rp.metrics.KVUsage, Metrics: rp.metrics.Known,
+			Blocks: r.index.TargetLen(rp.target)})
+	}
+	for _, p := range r.peers {
+		out.Peers = append(out.Peers, peerView{Region: p.Region, Healthy: p.Healthy, Nodes: p.Nodes, RTTMs: float64(p.RTT) / 1e6,
+			Loss: p.Loss, GateOpen: p.GateOpen, Gate: p.Gate, AgeMs: float64(p.DataAge) / 1e6, Queued: p.Load.Queued, Replicas: p.Load.Replicas})
+	}
+	for i := range len(r.recent) {
+		d := r.recent[(r.recentNext+i)%len(r.recent)]
+		if d.ID != "" {
+			out.Decisions = append(out.Decisions, d)
+		}
+	}
+	r.mu.Unlock()
+	writeJSON(w, 200, out)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

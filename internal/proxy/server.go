@@ -1,0 +1,197 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/engine"
+	"skywalker/internal/policy"
+	"skywalker/internal/request"
+)
+
+// Options are the proxy's collaborators, set by the command or a test.
+type Options struct {
+	Logger *slog.Logger
+	// Peers is the mesh (nil for a single region); SetPeers sets it later.
+	Peers PeerSource
+	// PeerDelay, if set, delays traffic to a peer region's proxy by that
+	// much each way: WAN emulation for tests and the one-machine demo.
+	PeerDelay func(region string) time.Duration
+	// GossipAddr is reported at /v1/skywalker/gossip so peers configured
+	// with this proxy's URL can learn where to join the mesh.
+	GossipAddr string
+	// Transport overrides the upstream HTTP transport.
+	Transport http.RoundTripper
+}
+
+// Server is one regional proxy.
+type Server struct {
+	cfg        Config
+	opts       Options
+	log        *slog.Logger
+	router     *Router
+	loops      *poolLoops
+	keys       forwardKeys
+	demand     *demand
+	metrics    *metrics
+	client     *http.Client
+	handler    http.Handler
+	draining   atomic.Bool
+	active     sync.WaitGroup
+	ids        atomic.Uint64
+	started    time.Time
+	gossipAddr atomic.Pointer[string]
+}
+
+// New builds a proxy from a validated configuration.
+func New(cfg Config, opts Options) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = cfg.Region + "@" + cfg.Listen
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	pol, err := policy.New(cfg.Policy, policyConfig(cfg))
+	if err != nil {
+		return nil, err
+	}
+	prof, err := engine.LookupProfile(cfg.Profile)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := newForwardKeys(cfg.GossipKeys, cfg.ClusterLabel)
+	if err != nil {
+		return nil, fmt.Errorf("gossip key: %w", err)
+	}
+	transport := opts.Transport
+	if transport == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns, t.MaxIdleConnsPerHost = 1024, 256
+		// Bodies are forwarded whole (they were read to be parsed): large
+		// write buffers send a 400 KB prompt in a few syscalls, not a hundred.
+		t.WriteBufferSize, t.ReadBufferSize = 256<<10, 64<<10
+		t.ResponseHeaderTimeout = 0 // long prefills are normal
+		transport = t
+	}
+	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), keys: keys,
+		demand: newDemand(cfg.Region), client: &http.Client{Transport: transport}, started: time.Now()}
+	s.router = newRouter(cfg, pol, prof.Prefill(), opts.Peers)
+	s.loops = &poolLoops{r: s.router, cfg: cfg, client: &http.Client{Transport: transport}}
+	s.metrics = newMetrics(cfg.Region, s.router)
+	s.handler = s.routes()
+	return s, nil
+}
+
+func policyConfig(cfg Config) policy.Config {
+	pc := policy.DefaultConfig()
+	pc.Skywalker.MaxWANRTT = cfg.MaxWANRTT
+	return pc
+}
+
+// Router is the proxy's router; it is also the mesh's Source.
+func (s *Server) Router() *Router { return s.router }
+
+// SetPeers attaches the mesh once it exists (it needs the router first).
+func (s *Server) SetPeers(p PeerSource) {
+	s.router.mu.Lock()
+	s.router.mesh = p
+	s.router.mu.Unlock()
+}
+
+// SetGossipAddr sets the mesh address reported at /v1/skywalker/gossip.
+func (s *Server) SetGossipAddr(addr string) { s.gossipAddr.Store(&addr) }
+
+// Handler is the proxy's HTTP handler.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Start resolves the worker pool and runs the background loops (scrapes,
+// health checks, queue pumping) until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	urls, err := initialReplicas(ctx, s.cfg)
+	if err != nil {
+		return err
+	}
+	s.router.setReplicas(urls)
+	go s.loops.run(ctx)
+	go func() { // pump held requests even when nothing else happens: deadlines, fresh peer data
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				s.router.pump()
+			}
+		}
+	}()
+	return nil
+}
+
+// Serve serves HTTP on l until ctx ends, then drains: it stops accepting,
+// lets held and in-flight requests finish within DrainTimeout, and returns.
+func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
+	shutdown, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	defer cancel()
+	if err := hs.Shutdown(shutdown); err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("drain: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.completion(request.Chat))
+	mux.HandleFunc("POST /v1/completions", s.completion(request.Completion))
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	mux.HandleFunc("GET /ready", s.ready)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/skywalker", s.debug)
+	mux.HandleFunc("GET /v1/skywalker/demand", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.demand.report()) })
+	mux.HandleFunc("GET /v1/skywalker/gossip", func(w http.ResponseWriter, _ *http.Request) {
+		addr := s.opts.GossipAddr
+		if p := s.gossipAddr.Load(); p != nil {
+			addr = *p
+		}
+		writeJSON(w, 200, map[string]string{"region": s.cfg.Region, "gossip_addr": addr})
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		apierr.Write(w, apierr.New(apierr.NotFound, "no route for %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
+	switch {
+	case s.draining.Load():
+		apierr.Write(w, apierr.New(apierr.Unavailable, "draining"))
+	case s.router.healthyReplicas() == 0:
+		apierr.Write(w, apierr.New(apierr.Unavailable, "no healthy replica"))
+	default:
+		writeJSON(w, 200, map[string]string{"status": "ready"})
+	}
+}
