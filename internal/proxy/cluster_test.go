@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -231,3 +232,5 @@ func burst(t *testing.T, base string, n, promptWords int) []result {
 	wg.Wait()
 	return results
 }
+
+func asErr[T error](err error, target *T) bool { return errors.As(err, target) }
