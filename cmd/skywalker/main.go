@@ -30,6 +30,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newExplainCommand(), newEngineCommand(), newSimCommand(), newServeCommand())
+	root.AddCommand(newExplainCommand(), newEngineCommand(), newSimCommand(), newServeCommand(), newPlanCommand())
 	return root
 }

@@ -30,6 +30,10 @@ type Scenario struct {
 	Control     ScenarioControl  `yaml:"control_plane"`
 	Workload    ScenarioWorkload `yaml:"workload"`
 	Faults      []ScenarioFault  `yaml:"faults"`
+	// PlanCapacity is the requests/s one replica serves within the SLO on
+	// this workload, for `skywalker plan` (measure it with
+	// --measure-capacity).
+	PlanCapacity float64 `yaml:"plan_capacity"`
 }
 
 // ScenarioRegion is one region.
@@ -172,6 +176,7 @@ func (s *Scenario) validate() error {
 	}
 	check(s.JitterMs >= 0 && s.JitterMs < 1000, "rtt_jitter_ms must be in [0, 1000)")
 	check(s.SLO.TTFT > 0, "slo.ttft must be positive")
+	check(s.PlanCapacity >= 0, "plan_capacity must not be negative")
 	for i, p := range s.Policies {
 		if _, err := policy.New(p, policy.DefaultConfig()); err != nil {
 			errs = append(errs, fmt.Errorf("policies[%d]: %w", i, err))

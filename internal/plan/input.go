@@ -1,0 +1,245 @@
+package plan
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"skywalker/internal/sim"
+)
+
+// FromScenario reads demand from a scenario's diurnal workload: each
+// region's request rate at every hour of the day (UTC).
+func FromScenario(s *sim.Scenario) (Input, error) {
+	cfg, wl, err := s.Build("")
+	if err != nil {
+		return Input{}, err
+	}
+	if wl.Diurnal == nil {
+		return Input{}, errors.New("plan: the scenario's workload is not a diurnal curve; give demand as CSV or YAML")
+	}
+	d := wl.Diurnal
+	in := Input{RTT: map[[2]string]time.Duration{}, MaxWANRTT: cfg.PolicyConfig.Skywalker.MaxWANRTT}
+	for i, r := range cfg.Regions {
+		reg := Region{Name: r.Name, Jurisdiction: r.Jurisdiction, ResidencyShare: d.ResidencyShare}
+		for h := range Hours {
+			// The workload's clock: hour h of the day is offset h/24 of a day
+			// after StartHour.
+			t := time.Duration((float64((h-int(d.StartHour)+24)%24) / 24) * float64(d.Day))
+			reg.Demand[h] = d.Rate(i, t)
+		}
+		in.Regions = append(in.Regions, reg)
+		for j := i + 1; j < len(cfg.Regions); j++ {
+			in.RTT[[2]string{r.Name, cfg.Regions[j].Name}] = cfg.RTT[i][j]
+		}
+	}
+	return in, nil
+}
+
+// Demand files. CSV: a header naming region and hour columns and one of
+// requests_per_s or tokens_per_s (prompt_tokens_per_s + output_tokens_per_s
+// also work), optionally jurisdiction and residency_share; one row per
+// region and hour 0..23. YAML:
+//
+//	regions:
+//	  - name: us-east
+//	    jurisdiction: us
+//	    residency_share: 0.05
+//	    demand: [12.1, 11.8, ...]   # 24 hourly values
+//	rtt_ms: {us-east/eu-west: 72}
+//	max_wan_rtt_ms: 120
+const maxDemandBytes = 4 << 20
+
+// ParseDemandCSV reads a demand CSV.
+func ParseDemandCSV(r io.Reader) (Input, error) {
+	cr := csv.NewReader(io.LimitReader(r, maxDemandBytes))
+	header, err := cr.Read()
+	if err != nil {
+		return Input{}, fmt.Errorf("demand csv header: %w", err)
+	}
+	col := map[string]int{}
+	for i, h := range header {
+		col[strings.ToLower(strings.TrimSpace(h))] = i
+	}
+	ri, okR := col["region"]
+	hi, okH := col["hour"]
+	if !okR || !okH {
+		return Input{}, errors.New("demand csv: the header needs region and hour columns")
+	}
+	valueCols := []string{"requests_per_s"}
+	if _, ok := col["requests_per_s"]; !ok {
+		valueCols = nil
+		for _, c := range []string{"tokens_per_s", "prompt_tokens_per_s", "output_tokens_per_s"} {
+			if _, ok := col[c]; ok {
+				valueCols = append(valueCols, c)
+			}
+		}
+		if len(valueCols) == 0 {
+			return Input{}, errors.New("demand csv: the header needs requests_per_s or tokens_per_s")
+		}
+	}
+	in := Input{}
+	index := map[string]int{}
+	seen := map[[2]int]bool{}
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return Input{}, fmt.Errorf("demand csv line %d: %w", line, err)
+		}
+		name := strings.TrimSpace(rec[ri])
+		hour, err := strconv.Atoi(strings.TrimSpace(rec[hi]))
+		if name == "" || err != nil || hour < 0 || hour >= Hours {
+			return Input{}, fmt.Errorf("demand csv line %d: want a region name and an hour in 0..23", line)
+		}
+		v := 0.0
+		for _, c := range valueCols {
+			x, err := strconv.ParseFloat(strings.TrimSpace(rec[col[c]]), 64)
+			if err != nil || x < 0 || math.IsInf(x, 0) || math.IsNaN(x) {
+				return Input{}, fmt.Errorf("demand csv line %d: %s must be a non-negative number", line, c)
+			}
+			v += x
+		}
+		i, ok := index[name]
+		if !ok {
+			i = len(in.Regions)
+			index[name] = i
+			in.Regions = append(in.Regions, Region{Name: name})
+		}
+		if seen[[2]int{i, hour}] {
+			return Input{}, fmt.Errorf("demand csv line %d: region %s hour %d given twice", line, name, hour)
+		}
+		seen[[2]int{i, hour}] = true
+		in.Regions[i].Demand[hour] = v
+		if c, ok := col["jurisdiction"]; ok {
+			in.Regions[i].Jurisdiction = strings.TrimSpace(rec[c])
+		}
+		if c, ok := col["residency_share"]; ok {
+			if x, err := strconv.ParseFloat(strings.TrimSpace(rec[c]), 64); err == nil && x >= 0 && x <= 1 {
+				in.Regions[i].ResidencyShare = x
+			} else {
+				return Input{}, fmt.Errorf("demand csv line %d: residency_share must be in [0, 1]", line)
+			}
+		}
+	}
+	if len(in.Regions) == 0 {
+		return Input{}, errors.New("demand csv has no rows")
+	}
+	return in, nil
+}
+
+type demandYAML struct {
+	Regions []struct {
+		Name           string    `yaml:"name"`
+		Jurisdiction   string    `yaml:"jurisdiction"`
+		ResidencyShare float64   `yaml:"residency_share"`
+		Demand         []float64 `yaml:"demand"`
+	} `yaml:"regions"`
+	RTTMs       map[string]float64 `yaml:"rtt_ms"`
+	MaxWANRTTMs float64            `yaml:"max_wan_rtt_ms"`
+}
+
+// ParseDemandYAML reads a demand YAML file.
+func ParseDemandYAML(data []byte) (Input, error) {
+	if len(data) > maxDemandBytes {
+		return Input{}, errors.New("demand yaml is too large")
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var y demandYAML
+	if err := dec.Decode(&y); err != nil {
+		return Input{}, fmt.Errorf("demand yaml: %w", err)
+	}
+	in := Input{RTT: map[[2]string]time.Duration{}, MaxWANRTT: time.Duration(y.MaxWANRTTMs * float64(time.Millisecond))}
+	names := map[string]bool{}
+	for i, r := range y.Regions {
+		if r.Name == "" || len(r.Demand) != Hours || r.ResidencyShare < 0 || r.ResidencyShare > 1 {
+			return Input{}, fmt.Errorf("demand yaml: regions[%d] needs a name, 24 hourly demand values and residency_share in [0, 1]", i)
+		}
+		reg := Region{Name: r.Name, Jurisdiction: r.Jurisdiction, ResidencyShare: r.ResidencyShare}
+		for h, v := range r.Demand {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				return Input{}, fmt.Errorf("demand yaml: regions[%d].demand[%d] must be a non-negative number", i, h)
+			}
+			reg.Demand[h] = v
+		}
+		names[r.Name] = true
+		in.Regions = append(in.Regions, reg)
+	}
+	for pair, ms := range y.RTTMs {
+		a, b, ok := strings.Cut(pair, "/")
+		if !ok || !names[a] || !names[b] || ms < 0 {
+			return Input{}, fmt.Errorf("demand yaml: rtt_ms key %q must be regionA/regionB with a non-negative value", pair)
+		}
+		in.RTT[[2]string{a, b}] = time.Duration(ms * float64(time.Millisecond))
+	}
+	if len(in.Regions) == 0 {
+		return Input{}, errors.New("demand yaml has no regions")
+	}
+	return in, nil
+}
+
+// FromProxies reads each proxy's GET /v1/skywalker/demand and turns its
+// per-hour counts into the average requests/s of each hour of the day: a
+// proxy's days average, a region's proxies add.
+func FromProxies(ctx context.Context, urls []string) (Input, error) {
+	in := Input{}
+	index := map[string]int{}
+	for _, u := range urls {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(u, "/")+"/v1/skywalker/demand", nil)
+		if err != nil {
+			return Input{}, err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return Input{}, fmt.Errorf("read demand from %s: %w", u, err)
+		}
+		var rep struct {
+			Region string `json:"region"`
+			Hours  []struct {
+				Hour     time.Time `json:"hour"`
+				Requests int64     `json:"requests"`
+			} `json:"hours"`
+		}
+		err = json.NewDecoder(io.LimitReader(resp.Body, maxDemandBytes)).Decode(&rep)
+		resp.Body.Close()
+		if err != nil || rep.Region == "" {
+			return Input{}, fmt.Errorf("demand from %s: not a demand report (%v)", u, err)
+		}
+		i, ok := index[rep.Region]
+		if !ok {
+			i = len(in.Regions)
+			index[rep.Region] = i
+			in.Regions = append(in.Regions, Region{Name: rep.Region})
+		}
+		var sum [Hours]float64
+		var days [Hours]int
+		for _, h := range rep.Hours {
+			hr := h.Hour.UTC().Hour()
+			sum[hr] += float64(h.Requests)
+			days[hr]++
+		}
+		for hr := range Hours {
+			if days[hr] > 0 {
+				in.Regions[i].Demand[hr] += sum[hr] / float64(days[hr]) / 3600
+			}
+		}
+	}
+	if len(in.Regions) == 0 {
+		return Input{}, errors.New("plan: no proxies given")
+	}
+	return in, nil
+}

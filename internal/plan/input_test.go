@@ -1,0 +1,120 @@
+package plan
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"skywalker/internal/sim"
+	"skywalker/scenarios"
+)
+
+func TestFromScenarioReproducesTheCurve(t *testing.T) {
+	data, _ := scenarios.Get("diurnal-3region")
+	s, err := sim.ParseScenario(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := FromScenario(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Regions) != 3 || in.MaxWANRTT != 200*time.Millisecond || in.RTT[[2]string{"us-east", "eu-west"}] != 72*time.Millisecond {
+		t.Fatalf("input %+v", in)
+	}
+	// us-east (UTC-5) peaks at 19:00 UTC with the scenario's 25 requests/s.
+	if d := in.Regions[0].Demand[19]; d < 24.99 || d > 25.01 {
+		t.Errorf("us-east at 19:00 UTC: %v requests/s, want the 25 peak", d)
+	}
+}
+
+func TestParseDemandCSV(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("region,hour,requests_per_s,jurisdiction\n")
+	for h := range 24 {
+		b.WriteString("a," + strconv.Itoa(h) + ",10,eu\n")
+		b.WriteString("b," + strconv.Itoa(h) + ",5,us\n")
+	}
+	in, err := ParseDemandCSV(strings.NewReader(b.String()))
+	if err != nil || len(in.Regions) != 2 || in.Regions[0].Demand[5] != 10 || in.Regions[1].Jurisdiction != "us" {
+		t.Fatalf("%+v %v", in, err)
+	}
+	for name, bad := range map[string]string{
+		"no header":     "",
+		"no hour":       "region,requests_per_s\na,1\n",
+		"bad hour":      "region,hour,requests_per_s\na,24,1\n",
+		"negative":      "region,hour,requests_per_s\na,1,-1\n",
+		"duplicate":     "region,hour,requests_per_s\na,1,1\na,1,2\n",
+		"no rows":       "region,hour,requests_per_s\n",
+		"bad residency": "region,hour,requests_per_s,residency_share\na,1,1,2\n",
+	} {
+		if _, err := ParseDemandCSV(strings.NewReader(bad)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestParseDemandYAML(t *testing.T) {
+	hours := "[" + strings.TrimSuffix(strings.Repeat("1,", 24), ",") + "]"
+	good := "regions:\n  - {name: a, demand: " + hours + "}\n  - {name: b, demand: " + hours + "}\nrtt_ms: {a/b: 50}\nmax_wan_rtt_ms: 120\n"
+	in, err := ParseDemandYAML([]byte(good))
+	if err != nil || len(in.Regions) != 2 || in.RTT[[2]string{"a", "b"}] != 50*time.Millisecond {
+		t.Fatalf("%+v %v", in, err)
+	}
+	for name, bad := range map[string]string{
+		"short demand": "regions: [{name: a, demand: [1, 2]}]\n",
+		"unknown key":  good + "extra: 1\n",
+		"bad rtt":      strings.Replace(good, "a/b", "a-b", 1),
+		"empty":        "regions: []\n",
+	} {
+		if _, err := ParseDemandYAML([]byte(bad)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestFromProxiesAveragesDaysAndAddsProxies(t *testing.T) {
+	serve := func(region string, requests ...int64) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			var hours []map[string]any
+			for d, n := range requests {
+				hours = append(hours, map[string]any{"hour": time.Date(2026, 1, 1+d, 14, 0, 0, 0, time.UTC), "requests": n})
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"region": region, "hours": hours})
+		}))
+	}
+	a1, a2 := serve("a", 3600, 7200), serve("a", 3600)
+	defer a1.Close()
+	defer a2.Close()
+	in, err := FromProxies(context.Background(), []string{a1.URL, a2.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// proxy 1 averages 1.5 requests/s at 14:00 over two days; proxy 2 adds 1.
+	if len(in.Regions) != 1 || in.Regions[0].Demand[14] != 2.5 {
+		t.Errorf("demand %+v", in.Regions)
+	}
+}
+
+func FuzzParseDemandCSV(f *testing.F) {
+	f.Add([]byte("region,hour,requests_per_s\na,1,2\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		in, err := ParseDemandCSV(strings.NewReader(string(data)))
+		if err == nil {
+			in.Capacity = 1
+			_, _ = Solve(in)
+		}
+	})
+}
+
+func FuzzParseDemandYAML(f *testing.F) {
+	f.Add([]byte("regions: [{name: a, demand: [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = ParseDemandYAML(data)
+	})
+}

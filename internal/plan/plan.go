@@ -1,0 +1,378 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/optimize/convex/lp"
+)
+
+// Hours is the planning horizon: one day in hourly steps.
+const Hours = 24
+
+// Region is one region's demand and where it may be served.
+type Region struct {
+	Name         string
+	Jurisdiction string
+	// ResidencyShare is the fraction of the region's demand that must be
+	// served inside its own jurisdiction.
+	ResidencyShare float64
+	// Demand per hour of the day (UTC), in requests/s (or any unit the
+	// capacity is given in).
+	Demand [Hours]float64
+}
+
+// Input is a planning problem.
+type Input struct {
+	Regions []Region
+	// RTT between regions by name; missing pairs are unreachable.
+	RTT map[[2]string]time.Duration
+	// MaxWANRTT: links slower than this cannot share capacity.
+	MaxWANRTT time.Duration
+	// Capacity is what one replica serves within the SLO, in demand units.
+	Capacity float64
+}
+
+// Offload is demand one region sends another in one hour.
+type Offload struct {
+	Hour   int     `json:"hour"`
+	From   string  `json:"from"`
+	To     string  `json:"to"`
+	Demand float64 `json:"demand"`
+}
+
+// Result is a plan.
+type Result struct {
+	Capacity float64 `json:"capacity_per_replica"`
+	// IsolatedReplicas: every region provisioned for its own peak.
+	IsolatedReplicas int `json:"isolated_replicas"`
+	// AggregatedReplicas: the peak of the summed demand, as if every region
+	// could share with every other (the ideal).
+	AggregatedReplicas int     `json:"aggregated_replicas"`
+	Savings            float64 `json:"savings"` // 1 − aggregated/isolated
+	// PlannedReplicas is the smallest reservation that serves every hour
+	// under the link and residency constraints (at least the aggregated
+	// count), placed as Placement.
+	PlannedReplicas    int                `json:"planned_replicas"`
+	PlannedSavings     float64            `json:"planned_savings"`
+	Placement          map[string]int     `json:"placement"`
+	FractionalPlace    map[string]float64 `json:"placement_fractional"`
+	IsolatedByRegion   map[string]int     `json:"isolated_by_region"`
+	PeakOfSum          float64            `json:"peak_of_sum"`
+	SumOfPeaks         float64            `json:"sum_of_peaks"`
+	Offloads           []Offload          `json:"offloads"`
+	CrossRegionTraffic float64            `json:"cross_region_rtt_weighted"` // Σ demand·RTT(s) moved, per day
+}
+
+func (in *Input) validate() error {
+	if len(in.Regions) == 0 {
+		return errors.New("plan: no regions")
+	}
+	if in.Capacity <= 0 {
+		return errors.New("plan: capacity per replica must be positive")
+	}
+	seen := map[string]bool{}
+	for _, r := range in.Regions {
+		if r.Name == "" || seen[r.Name] {
+			return fmt.Errorf("plan: region name %q empty or repeated", r.Name)
+		}
+		seen[r.Name] = true
+		if r.ResidencyShare < 0 || r.ResidencyShare > 1 {
+			return fmt.Errorf("plan: region %s: residency share must be in [0, 1]", r.Name)
+		}
+		for h, d := range r.Demand {
+			if d < 0 || math.IsNaN(d) || math.IsInf(d, 0) {
+				return fmt.Errorf("plan: region %s hour %d: demand %v", r.Name, h, d)
+			}
+		}
+	}
+	return nil
+}
+
+// canShare reports whether demand of region i may be served in region j,
+// for the free (resident=false) or residency-bound part.
+func (in *Input) canShare(i, j int, resident bool) bool {
+	if i == j {
+		return true
+	}
+	a, b := in.Regions[i], in.Regions[j]
+	if resident && a.Jurisdiction != b.Jurisdiction {
+		return false
+	}
+	rtt, ok := in.RTT[[2]string{a.Name, b.Name}]
+	if !ok {
+		rtt, ok = in.RTT[[2]string{b.Name, a.Name}]
+	}
+	return ok && rtt <= in.MaxWANRTT
+}
+
+func (in *Input) rtt(i, j int) float64 {
+	a, b := in.Regions[i].Name, in.Regions[j].Name
+	if d, ok := in.RTT[[2]string{a, b}]; ok {
+		return d.Seconds()
+	}
+	return in.RTT[[2]string{b, a}].Seconds()
+}
+
+// Solve plans the reservation.
+func Solve(in Input) (*Result, error) {
+	if err := in.validate(); err != nil {
+		return nil, err
+	}
+	res := &Result{Capacity: in.Capacity, Placement: map[string]int{}, FractionalPlace: map[string]float64{}, IsolatedByRegion: map[string]int{}}
+	for h := range Hours {
+		sum := 0.0
+		for _, r := range in.Regions {
+			sum += r.Demand[h]
+		}
+		res.PeakOfSum = math.Max(res.PeakOfSum, sum)
+	}
+	for _, r := range in.Regions {
+		peak := 0.0
+		for _, d := range r.Demand {
+			peak = math.Max(peak, d)
+		}
+		res.SumOfPeaks += peak
+		n := replicasFor(peak, in.Capacity)
+		res.IsolatedByRegion[r.Name] = n
+		res.IsolatedReplicas += n
+	}
+	res.AggregatedReplicas = replicasFor(res.PeakOfSum, in.Capacity)
+	if res.IsolatedReplicas > 0 {
+		res.Savings = 1 - float64(res.AggregatedReplicas)/float64(res.IsolatedReplicas)
+	}
+
+	// Stage 1: the least total reservation that serves every hour.
+	minTotal, x, _, err := solveLP(in, -1)
+	if err != nil {
+		return nil, fmt.Errorf("plan: minimum reservation: %w", err)
+	}
+	total := max(replicasFor(minTotal*in.Capacity, in.Capacity), res.AggregatedReplicas)
+	// Stage 2: at that total, the placement with the least RTT-weighted
+	// cross-region traffic; round it to whole replicas that still serve
+	// every hour.
+	_, x, flows, err := solveLP(in, float64(total))
+	if err != nil {
+		return nil, fmt.Errorf("plan: placement: %w", err)
+	}
+	placement := roundPlacement(x, total)
+	for !feasible(in, placement) {
+		total++
+		_, x, flows, err = solveLP(in, float64(total))
+		if err != nil {
+			return nil, fmt.Errorf("plan: placement: %w", err)
+		}
+		placement = roundPlacement(x, total)
+	}
+	res.PlannedReplicas = total
+	if res.IsolatedReplicas > 0 {
+		res.PlannedSavings = 1 - float64(total)/float64(res.IsolatedReplicas)
+	}
+	for i, r := range in.Regions {
+		res.Placement[r.Name] = placement[i]
+		res.FractionalPlace[r.Name] = math.Round(x[i]*1000) / 1000
+	}
+	for _, f := range flows {
+		if f.from != f.to && f.amount > 1e-6 {
+			res.Offloads = append(res.Offloads, Offload{Hour: f.hour, From: in.Regions[f.from].Name, To: in.Regions[f.to].Name,
+				Demand: math.Round(f.amount*1000) / 1000})
+			res.CrossRegionTraffic += f.amount * in.rtt(f.from, f.to) * 3600
+		}
+	}
+	sort.Slice(res.Offloads, func(a, b int) bool {
+		oa, ob := res.Offloads[a], res.Offloads[b]
+		if oa.Hour != ob.Hour {
+			return oa.Hour < ob.Hour
+		}
+		if oa.From != ob.From {
+			return oa.From < ob.From
+		}
+		return oa.To < ob.To
+	})
+	res.CrossRegionTraffic = math.Round(res.CrossRegionTraffic*1000) / 1000
+	return res, nil
+}
+
+// replicasFor is the whole replicas that carry demand (with a tolerance
+// for floating-point noise just above an integer).
+func replicasFor(demand, capacity float64) int {
+	return int(math.Ceil(demand/capacity - 1e-9))
+}
+
+type flow struct {
+	hour, from, to int
+	amount         float64
+}
+
+// solveLP builds and solves the placement LP. With total < 0 it minimizes
+// the total reservation (in replicas, fractional); otherwise it fixes the
+// total and minimizes RTT-weighted cross-region demand. It returns the
+// objective, the per-region replicas and the flows.
+//
+// Variables: x_j (replicas in region j); for every hour h, every region i,
+// both demand classes (free, resident) and every region j it may be served
+// in, a flow f ≥ 0; and a capacity slack s_hj ≥ 0. Constraints: each
+// class's flows out of (h, i) sum to its demand; for every (h, j),
+// Σ flows into j + s_hj − capacity·x_j = 0; with a fixed total, Σ x_j = total.
+func solveLP(in Input, total float64) (float64, []float64, []flow, error) {
+	R := len(in.Regions)
+	type fvar struct {
+		h, i, j  int
+		resident bool
+	}
+	var fvars []fvar
+	for h := range Hours {
+		for i := range R {
+			for _, resident := range []bool{false, true} {
+				for j := range R {
+					if in.canShare(i, j, resident) {
+						fvars = append(fvars, fvar{h, i, j, resident})
+					}
+				}
+			}
+		}
+	}
+	nx, nf, ns := R, len(fvars), Hours*R
+	nvar := nx + nf + ns
+	rows := Hours*R*2 + Hours*R
+	if total >= 0 {
+		rows++
+	}
+	A := mat.NewDense(rows, nvar, nil)
+	b := make([]float64, rows)
+	c := make([]float64, nvar)
+	row := 0
+	// Demand rows, one per (h, i, class).
+	demandRow := map[[3]int]int{}
+	for h := range Hours {
+		for i, r := range in.Regions {
+			for k, share := range []float64{1 - r.ResidencyShare, r.ResidencyShare} {
+				demandRow[[3]int{h, i, k}] = row
+				b[row] = r.Demand[h] * share
+				row++
+			}
+		}
+	}
+	capRow := row
+	for fi, f := range fvars {
+		col := nx + fi
+		k := 0
+		if f.resident {
+			k = 1
+		}
+		A.Set(demandRow[[3]int{f.h, f.i, k}], col, 1)
+		A.Set(capRow+f.h*R+f.j, col, 1)
+		if total >= 0 && f.i != f.j {
+			c[col] = in.rtt(f.i, f.j)
+		}
+	}
+	for h := range Hours {
+		for j := range R {
+			A.Set(capRow+h*R+j, nx+nf+h*R+j, 1)
+			A.Set(capRow+h*R+j, j, -in.Capacity)
+		}
+	}
+	if total >= 0 {
+		for j := range R {
+			A.Set(rows-1, j, 1)
+		}
+		b[rows-1] = total
+	} else {
+		for j := range R {
+			c[j] = 1
+		}
+	}
+	opt, xs, err := lp.Simplex(c, A, b, 1e-10, nil)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	var flows []flow
+	agg := map[[3]int]float64{}
+	for fi, f := range fvars {
+		agg[[3]int{f.h, f.i, f.j}] += xs[nx+fi]
+	}
+	for k, v := range agg {
+		flows = append(flows, flow{hour: k[0], from: k[1], to: k[2], amount: v})
+	}
+	return opt, xs[:nx], flows, nil
+}
+
+// roundPlacement turns fractional replicas into whole ones summing to
+// total, by largest remainder.
+func roundPlacement(x []float64, total int) []int {
+	out := make([]int, len(x))
+	sum := 0
+	type rem struct {
+		i int
+		r float64
+	}
+	var rems []rem
+	for i, v := range x {
+		out[i] = int(math.Floor(v + 1e-9))
+		sum += out[i]
+		rems = append(rems, rem{i, v - float64(out[i])})
+	}
+	sort.SliceStable(rems, func(a, b int) bool { return rems[a].r > rems[b].r })
+	for k := 0; sum < total; k++ {
+		out[rems[k%len(rems)].i]++
+		sum++
+	}
+	return out
+}
+
+// feasible checks that a whole-replica placement serves every hour: the
+// LP with x fixed has a solution.
+func feasible(in Input, placement []int) bool {
+	for h := range Hours {
+		if !hourFeasible(in, h, placement) {
+			return false
+		}
+	}
+	return true
+}
+
+// hourFeasible solves one hour's flow problem with capacities fixed.
+func hourFeasible(in Input, h int, placement []int) bool {
+	R := len(in.Regions)
+	type fvar struct {
+		i, j     int
+		resident bool
+	}
+	var fvars []fvar
+	for i := range R {
+		for _, resident := range []bool{false, true} {
+			for j := range R {
+				if in.canShare(i, j, resident) {
+					fvars = append(fvars, fvar{i, j, resident})
+				}
+			}
+		}
+	}
+	nvar := len(fvars) + R
+	rows := 2*R + R
+	A := mat.NewDense(rows, nvar, nil)
+	b := make([]float64, rows)
+	for i, r := range in.Regions {
+		b[2*i] = r.Demand[h] * (1 - r.ResidencyShare)
+		b[2*i+1] = r.Demand[h] * r.ResidencyShare
+	}
+	for fi, f := range fvars {
+		k := 0
+		if f.resident {
+			k = 1
+		}
+		A.Set(2*f.i+k, fi, 1)
+		A.Set(2*R+f.j, fi, 1)
+	}
+	for j := range R {
+		A.Set(2*R+j, len(fvars)+j, 1)
+		b[2*R+j] = float64(placement[j]) * in.Capacity
+	}
+	c := make([]float64, nvar)
+	_, _, err := lp.Simplex(c, A, b, 1e-10, nil)
+	return err == nil
+}

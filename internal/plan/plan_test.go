@@ -1,0 +1,126 @@
+package plan
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// raised is the raised-cosine demand peaking at peakHour with the given
+// valley ratio, scaled to peak.
+func raised(peak, valley float64, peakHour int) [Hours]float64 {
+	var d [Hours]float64
+	for h := range Hours {
+		d[h] = peak * (valley + (1-valley)*(1+math.Cos(2*math.Pi*float64(h-peakHour)/24))/2)
+	}
+	return d
+}
+
+func twoRegions(a, b [Hours]float64) Input {
+	return Input{
+		Regions:   []Region{{Name: "east", Jurisdiction: "x", Demand: a}, {Name: "west", Jurisdiction: "x", Demand: b}},
+		RTT:       map[[2]string]time.Duration{{"east", "west"}: 80 * time.Millisecond},
+		MaxWANRTT: 120 * time.Millisecond, Capacity: 1,
+	}
+}
+
+func TestInPhaseCurvesSaveNothing(t *testing.T) {
+	d := raised(10, 0.3, 14)
+	res, err := Solve(twoRegions(d, d))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.IsolatedReplicas != 20 || res.AggregatedReplicas != 20 || res.Savings != 0 || res.PlannedReplicas != 20 {
+		t.Errorf("in-phase: %+v, want 20/20, no savings", res)
+	}
+	if len(res.Offloads) != 0 {
+		t.Errorf("in-phase regions have nothing to offload: %v", res.Offloads)
+	}
+}
+
+func TestTwelveHoursApartSaveTheClosedForm(t *testing.T) {
+	// Two raised cosines 12 h apart sum to a constant peak·(1+v): the
+	// savings are (1−v)/2, 35% at v = 0.3.
+	const peak, valley = 100, 0.3
+	res, err := Solve(twoRegions(raised(peak, valley, 2), raised(peak, valley, 14)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantAgg := int(math.Ceil(2 * peak * (1 + valley) / 2))
+	if res.IsolatedReplicas != 200 || res.AggregatedReplicas != wantAgg {
+		t.Errorf("isolated %d aggregated %d, want 200 and %d", res.IsolatedReplicas, res.AggregatedReplicas, wantAgg)
+	}
+	if want := (1 - valley) / 2; math.Abs(res.Savings-want) > 0.005 {
+		t.Errorf("savings %.4f, want the closed form %.4f", res.Savings, want)
+	}
+	if res.PlannedReplicas != wantAgg {
+		t.Errorf("planned %d, want the aggregated %d: the link is under the threshold", res.PlannedReplicas, wantAgg)
+	}
+	if res.Placement["east"]+res.Placement["west"] != wantAgg || len(res.Offloads) == 0 {
+		t.Errorf("placement %v offloads %d", res.Placement, len(res.Offloads))
+	}
+}
+
+func TestALinkOverTheThresholdCannotShare(t *testing.T) {
+	in := twoRegions(raised(100, 0.3, 2), raised(100, 0.3, 14))
+	in.RTT[[2]string{"east", "west"}] = 200 * time.Millisecond
+	res, err := Solve(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PlannedReplicas != 200 || len(res.Offloads) != 0 || res.Placement["east"] != 100 {
+		t.Errorf("slow link: planned %d placement %v offloads %d; want each region alone", res.PlannedReplicas, res.Placement, len(res.Offloads))
+	}
+	if res.AggregatedReplicas != 130 {
+		t.Errorf("the ideal is still reported: %d", res.AggregatedReplicas)
+	}
+}
+
+func TestAResidencyGroupCannotShare(t *testing.T) {
+	in := twoRegions(raised(100, 0.3, 2), raised(100, 0.3, 14))
+	in.Regions[0].Jurisdiction, in.Regions[1].Jurisdiction = "eu", "us"
+	in.Regions[0].ResidencyShare, in.Regions[1].ResidencyShare = 1, 1
+	res, err := Solve(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PlannedReplicas != 200 || len(res.Offloads) != 0 {
+		t.Errorf("fully resident demand: planned %d, offloads %v", res.PlannedReplicas, res.Offloads)
+	}
+	// 80% resident: each region must hold 80 replicas for its own peak's
+	// resident part; only the free 20% may move.
+	in.Regions[0].ResidencyShare, in.Regions[1].ResidencyShare = 0.8, 0.8
+	res, _ = Solve(in)
+	if res.PlannedReplicas != 160 {
+		t.Errorf("80%% resident: planned %d, want 160", res.PlannedReplicas)
+	}
+	for _, o := range res.Offloads {
+		if o.Demand > 0.2*100+1e-6 {
+			t.Errorf("offload %+v moves more than the free 20%%", o)
+		}
+	}
+}
+
+func TestThreeRegionDiurnalSavings(t *testing.T) {
+	in := Input{MaxWANRTT: 200 * time.Millisecond, Capacity: 4.5, RTT: map[[2]string]time.Duration{
+		{"us-east", "eu-west"}: 72 * time.Millisecond, {"us-east", "ap-east"}: 160 * time.Millisecond, {"eu-west", "ap-east"}: 180 * time.Millisecond}}
+	for _, r := range []struct {
+		name   string
+		offset int
+	}{{"us-east", -5}, {"eu-west", 0}, {"ap-east", 9}} {
+		in.Regions = append(in.Regions, Region{Name: r.name, Demand: raised(25, 0.3, (14-r.offset+24)%24)})
+	}
+	res, err := Solve(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ideal := 1 - res.PeakOfSum/res.SumOfPeaks
+	t.Logf("isolated %d, aggregated %d (%.1f%%), planned %d %v; peak of sum / sum of peaks saves %.1f%%",
+		res.IsolatedReplicas, res.AggregatedReplicas, 100*res.Savings, res.PlannedReplicas, res.Placement, 100*ideal)
+	if math.Abs(ideal-0.279) > 0.01 {
+		t.Errorf("ideal savings %.3f, want about 0.28", ideal)
+	}
+	if res.PlannedReplicas != res.AggregatedReplicas {
+		t.Errorf("every link is under 200 ms: planned %d should equal aggregated %d", res.PlannedReplicas, res.AggregatedReplicas)
+	}
+}

@@ -1,0 +1,60 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+
+	"skywalker/internal/plan"
+)
+
+// PlanPlot writes an SVG of every region's demand over the day, their sum,
+// and the capacity of the isolated and the aggregated reservations.
+func PlanPlot(dir string, in plan.Input, res *plan.Result) (string, error) {
+	p := plot.New()
+	p.Title.Text = "Demand over the day and reserved capacity"
+	p.X.Label.Text = "hour (UTC)"
+	p.Y.Label.Text = "requests/s"
+	var lines []any
+	var total plotter.XYs
+	for h := range plan.Hours {
+		total = append(total, plotter.XY{X: float64(h)})
+	}
+	for _, r := range in.Regions {
+		var xys plotter.XYs
+		for h, d := range r.Demand {
+			xys = append(xys, plotter.XY{X: float64(h), Y: d})
+			total[h].Y += d
+		}
+		lines = append(lines, r.Name, xys)
+	}
+	lines = append(lines, "sum of regions", total)
+	if err := plotutil.AddLines(p, lines...); err != nil {
+		return "", fmt.Errorf("plan plot: %w", err)
+	}
+	for _, level := range []struct {
+		name     string
+		replicas int
+		c        color.RGBA
+	}{{"isolated reservation", res.IsolatedReplicas, color.RGBA{R: 200, A: 255}}, {"aggregated reservation", res.AggregatedReplicas, color.RGBA{G: 150, A: 255}}} {
+		y := float64(level.replicas) * res.Capacity
+		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: plan.Hours - 1, Y: y}})
+		if err != nil {
+			return "", err
+		}
+		l.Color = level.c
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+		p.Add(l)
+		p.Legend.Add(fmt.Sprintf("%s (%d replicas)", level.name, level.replicas), l)
+	}
+	path := filepath.Join(dir, "plan.svg")
+	if err := p.Save(plotW, plotH, path); err != nil {
+		return "", fmt.Errorf("save %s: %w", path, err)
+	}
+	return path, nil
+}
