@@ -11,5 +11,5 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
-go test -race -count=1 ./...
+go test -race -count=1 -p 1 ./...   # -p 1: the real-time tests (engine pacing, the proxy mesh) must not share the CPU with the simulator tests
 go run ./cmd/skywalker sim --scenario quickstart --quiet

@@ -82,6 +82,24 @@ func Verify(s *sim.Scenario, in Input, res *Result, opt VerifyOptions) ([]Verifi
 		if t.SLOAttainment >= opt.Target {
 			best = t
 		}
+		// Grow the upper bound until it meets the target (a policy may need
+		// more than region isolation's count: isolation's count assumes the
+		// capacity per replica that was planned with).
+		for best.Placement == nil {
+			t, err := run(place(hi))
+			if err != nil {
+				return nil, err
+			}
+			v.Trials = append(v.Trials, t)
+			if t.SLOAttainment >= opt.Target {
+				best = t
+				break
+			}
+			if hi > 4*res.IsolatedReplicas+4*len(in.Regions) {
+				return nil, fmt.Errorf("verify %s: no reservation up to %d replicas meets %.1f%% of the SLO", p, hi, 100*opt.Target)
+			}
+			lo, hi = hi, hi+max(hi/4, 1)
+		}
 		for hi-lo > 1 {
 			mid := (lo + hi) / 2
 			t, err := run(place(mid))
@@ -94,12 +112,6 @@ func Verify(s *sim.Scenario, in Input, res *Result, opt VerifyOptions) ([]Verifi
 			} else {
 				lo = mid
 			}
-		}
-		if best.Placement == nil { // never tried hi itself
-			if best, err = run(place(hi)); err != nil {
-				return nil, err
-			}
-			v.Trials = append(v.Trials, best)
 		}
 		v.MinReplicas, v.MinPlacement = best.Replicas, best.Placement
 		out = append(out, v)

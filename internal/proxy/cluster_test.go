@@ -136,7 +136,7 @@ func startCluster(t *testing.T, o clusterOpts) *testCluster {
 	}
 	// Ready when every region sees both peers healthy and every gate it
 	// should have open is open.
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ok := true
 		for _, reg := range c.regions {
