@@ -30,6 +30,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newExplainCommand(), newEngineCommand(), newSimCommand(), newServeCommand(), newPlanCommand())
+	root.AddCommand(newExplainCommand(), newEngineCommand(), newSimCommand(), newServeCommand(), newPlanCommand(), newDemoCommand(), newBenchCommand())
 	return root
 }

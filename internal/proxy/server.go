@@ -110,6 +110,13 @@ func (s *Server) SetPeers(p PeerSource) {
 	s.router.mu.Unlock()
 }
 
+// QueueLength is the number of requests held in the balancer queue.
+func (s *Server) QueueLength() int {
+	s.router.mu.Lock()
+	defer s.router.mu.Unlock()
+	return s.router.bal.Len()
+}
+
 // SetGossipAddr sets the mesh address reported at /v1/skywalker/gossip.
 func (s *Server) SetGossipAddr(addr string) { s.gossipAddr.Store(&addr) }
 

@@ -1,0 +1,8 @@
+package main
+
+import "skywalker/internal/workload"
+
+type (
+	workloadSource  = workload.Source
+	workloadArrival = workload.Arrival
+)

@@ -1,0 +1,373 @@
+// Package bench is a load generator for live OpenAI-compatible endpoints:
+// it replays a workload (the simulator's generators or a trace) in real
+// time, sends each request to its region's endpoint with streaming, and
+// measures what a client sees: time to first token, inter-token latency,
+// end-to-end time, cached tokens and which region served it. Results come
+// out in the simulator's Result form, so a live run and a simulated run
+// print the same table.
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"skywalker/internal/request"
+	"skywalker/internal/sim"
+	"skywalker/internal/workload"
+)
+
+// Config is one load run.
+type Config struct {
+	// Endpoints maps a region to its endpoint's base URL (the part before
+	// /v1/chat/completions). Requests of regions without one go to Default.
+	Endpoints map[string]string
+	Default   string
+	Model     string
+	Source    workload.Source
+	// Speedup divides arrival offsets (2 = twice the workload's rate).
+	Speedup     float64
+	MaxInFlight int           // client-side cap on concurrent requests; default 1024
+	SLO         time.Duration // TTFT objective for goodput and attainment
+	Label       string        // the result's policy column
+	Client      *http.Client
+	// OnSample, if set, receives every finished request (from many
+	// goroutines at once).
+	OnSample func(Sample)
+}
+
+// Sample is one request as the client saw it.
+type Sample struct {
+	Ingress      string
+	Served       string // X-SkyWalker-Region, or the ingress if absent
+	Start        time.Time
+	TTFT         time.Duration
+	E2E          time.Duration
+	ITL          time.Duration // mean gap between content chunks
+	PromptTokens int
+	OutputTokens int
+	CachedTokens int
+	Status       int
+	Err          error
+}
+
+// OK reports whether the request completed.
+func (s Sample) OK() bool { return s.Err == nil && s.Status == 200 }
+
+// Run replays the source until it is exhausted and every request is done,
+// or ctx ends.
+func Run(ctx context.Context, cfg Config) (*sim.Result, []Sample, error) {
+	if cfg.Speedup <= 0 {
+		cfg.Speedup = 1
+	}
+	if cfg.MaxInFlight <= 0 {
+		cfg.MaxInFlight = 1024
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
+	}
+	var (
+		mu      sync.Mutex
+		samples []Sample
+		wg      sync.WaitGroup
+		slots   = make(chan struct{}, cfg.MaxInFlight)
+	)
+	begin := time.Now()
+	for {
+		a, ok := cfg.Source.Next()
+		if !ok {
+			break
+		}
+		at := begin.Add(time.Duration(float64(a.At) / cfg.Speedup))
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return summarize(cfg, samples), samples, ctx.Err()
+		case <-time.After(time.Until(at)):
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return summarize(cfg, samples), samples, ctx.Err()
+		}
+		base := cfg.Endpoints[a.Region]
+		if base == "" {
+			base = cfg.Default
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			s := send(ctx, cfg, base, a)
+			if cfg.OnSample != nil {
+				cfg.OnSample(s)
+			}
+			mu.Lock()
+			samples = append(samples, s)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return summarize(cfg, samples), samples, nil
+}
+
+// Prompt renders a request's prompt as text whose prefix structure matches
+// its blocks: each block becomes 512 bytes of words drawn from a generator
+// seeded by the block's chained hash (so equal prefixes give equal text,
+// and the endpoint's own hashing sees the sharing), then filler for the
+// tokens past the last whole block.
+func Prompt(req *request.Request) string {
+	var b strings.Builder
+	blockBytes := req.BlockTokens * request.BytesPerToken
+	for _, h := range req.Blocks {
+		writeWords(&b, h, blockBytes)
+	}
+	rest := req.PromptTokens*request.BytesPerToken - b.Len()
+	if rest > 0 {
+		writeWords(&b, hashString(req.ID), rest)
+	}
+	return b.String()
+}
+
+var vocabulary = strings.Fields("the of and to in a is that for it as was with be by on not he this are or his from at which but have an " +
+	"they you were their one all we can her has there been if more when will would who so no model cache region token prefix latency " +
+	"queue replica balance route serve batch block prompt reply night peak demand offload")
+
+func writeWords(b *strings.Builder, seed uint64, n int) {
+	rng := rand.New(rand.NewPCG(seed, seed^0x9E3779B97F4A7C15))
+	start := b.Len()
+	for b.Len()-start < n {
+		w := vocabulary[rng.IntN(len(vocabulary))]
+		if rem := n - (b.Len() - start); len(w)+1 > rem {
+			b.WriteString(strings.Repeat(".", rem))
+			break
+		}
+		b.WriteString(w)
+		b.WriteByte(' ')
+	}
+}
+
+func hashString(s string) uint64 {
+	var h uint64 = 1469598103934665603
+	for i := 0; i < len(s); i++ {
+		h = (h ^ uint64(s[i])) * 1099511628211
+	}
+	return h
+}
+
+type chatRequest struct {
+	Model         string            `json:"model,omitempty"`
+	Messages      []message         `json:"messages"`
+	MaxTokens     int               `json:"max_tokens"`
+	Stream        bool              `json:"stream"`
+	StreamOptions map[string]bool   `json:"stream_options"`
+	User          string            `json:"user,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+type message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// send streams one request and measures it.
+func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Sample {
+	req := a.Request
+	s := Sample{Ingress: a.Region, Served: a.Region, Start: time.Now(), PromptTokens: req.PromptTokens}
+	body := chatRequest{Model: cfg.Model, Messages: []message{{Role: "user", Content: Prompt(req)}}, MaxTokens: max(req.MaxTokens, 1),
+		Stream: true, StreamOptions: map[string]bool{"include_usage": true}, User: req.Session}
+	if req.Residency != "" {
+		body.Metadata = map[string]string{"data_residency": req.Residency}
+	}
+	payload, _ := json.Marshal(body)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/v1/chat/completions", bytes.NewReader(payload))
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	resp, err := cfg.Client.Do(hr)
+	if err != nil {
+		s.Err = err
+		return s
+	}
+	defer resp.Body.Close()
+	s.Status = resp.StatusCode
+	if r := resp.Header.Get("X-SkyWalker-Region"); r != "" {
+		s.Served = r
+	}
+	if resp.StatusCode != http.StatusOK {
+		s.Err = fmt.Errorf("status %d", resp.StatusCode)
+		return s
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	var last time.Time
+	var gaps time.Duration
+	chunks := 0
+	for sc.Scan() {
+		line := sc.Bytes()
+		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		if !ok || bytes.Equal(data, []byte("[DONE]")) {
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+			Usage *struct {
+				CompletionTokens int `json:"completion_tokens"`
+				Details          *struct {
+					CachedTokens int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+			Error *struct {
+				Message string `json:"message"`
+			} `json:"error"`
+		}
+		if err := json.Unmarshal(data, &chunk); err != nil {
+			continue
+		}
+		if chunk.Error != nil {
+			s.Err = errors.New(chunk.Error.Message)
+			return s
+		}
+		now := time.Now()
+		for _, c := range chunk.Choices {
+			if c.Delta.Content == "" {
+				continue
+			}
+			if s.TTFT == 0 {
+				s.TTFT = now.Sub(s.Start)
+			} else {
+				gaps += now.Sub(last)
+			}
+			last = now
+			chunks++
+		}
+		if chunk.Usage != nil {
+			s.OutputTokens = chunk.Usage.CompletionTokens
+			if chunk.Usage.Details != nil {
+				s.CachedTokens = chunk.Usage.Details.CachedTokens
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		s.Err = err
+		return s
+	}
+	s.E2E = time.Since(s.Start)
+	if s.OutputTokens == 0 {
+		s.OutputTokens = chunks
+	}
+	if chunks > 1 {
+		s.ITL = gaps / time.Duration(chunks-1)
+	}
+	return s
+}
+
+// summarize turns samples into the simulator's result form.
+func summarize(cfg Config, samples []Sample) *sim.Result {
+	res := &sim.Result{Policy: cfg.Label, Requests: len(samples), Utilization: map[string]float64{}, Regions: map[string]sim.RegionStats{}}
+	var ttft, e2e []float64
+	var first, last time.Time
+	var in, out, cached int64
+	var itl float64
+	itlN, slo, cross := 0, 0, 0
+	regions := map[string]*sim.RegionStats{}
+	regionTTFT := map[string][]float64{}
+	for _, s := range samples {
+		rs := regions[s.Ingress]
+		if rs == nil {
+			rs = &sim.RegionStats{}
+			regions[s.Ingress] = rs
+		}
+		rs.Arrivals++
+		if first.IsZero() || s.Start.Before(first) {
+			first = s.Start
+		}
+		if !s.OK() {
+			res.Dropped++
+			continue
+		}
+		res.Completed++
+		if end := s.Start.Add(s.E2E); end.After(last) {
+			last = end
+		}
+		t := float64(s.TTFT) / 1e6
+		ttft = append(ttft, t)
+		e2e = append(e2e, float64(s.E2E)/1e6)
+		regionTTFT[s.Ingress] = append(regionTTFT[s.Ingress], t)
+		if s.ITL > 0 {
+			itl += float64(s.ITL) / 1e6
+			itlN++
+		}
+		in += int64(s.PromptTokens)
+		out += int64(s.OutputTokens)
+		cached += int64(s.CachedTokens)
+		if cfg.SLO <= 0 || s.TTFT <= cfg.SLO {
+			slo++
+		}
+		if s.Served != s.Ingress {
+			cross++
+			rs.ForwardedOut++
+			if r := regions[s.Served]; r != nil {
+				r.Received++
+			} else {
+				regions[s.Served] = &sim.RegionStats{Received: 1}
+			}
+		} else {
+			rs.ServedLocal++
+		}
+	}
+	slices.Sort(ttft)
+	slices.Sort(e2e)
+	res.TTFTP50Ms, res.TTFTP90Ms, res.TTFTP99Ms = Percentile(ttft, .5), Percentile(ttft, .9), Percentile(ttft, .99)
+	res.E2EP50Ms, res.E2EP99Ms = Percentile(e2e, .5), Percentile(e2e, .99)
+	if itlN > 0 {
+		res.TPOTMs = itl / float64(itlN)
+	}
+	if span := last.Sub(first).Seconds(); span > 0 {
+		res.Makespan = span
+		res.ThroughputTokS = float64(out) / span
+		res.PaperThroughput = float64(in+2*out) / span
+		res.GoodputRPS = float64(slo) / span
+	}
+	if res.Requests > 0 {
+		res.SLOAttainment = float64(slo) / float64(res.Requests)
+	}
+	if in > 0 {
+		res.CacheHitRate = float64(cached) / float64(in)
+	}
+	if res.Completed > 0 {
+		res.CrossRegion = float64(cross) / float64(res.Completed)
+	}
+	for name, rs := range regions {
+		tt := regionTTFT[name]
+		slices.Sort(tt)
+		rs.TTFTP50Ms, rs.TTFTP99Ms = Percentile(tt, .5), Percentile(tt, .99)
+		res.Regions[name] = *rs
+	}
+	return res
+}
+
+// Percentile is the nearest-rank percentile of sorted values.
+func Percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(float64(len(sorted))*p+0.999999) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}

@@ -1,0 +1,116 @@
+package demo
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"skywalker/internal/bench"
+)
+
+// TestDemoJSONBeatsItsLocalBaseline runs the demo as `skywalker demo
+// --duration 20s --json` would (on free ports) and checks the summary:
+// bursting regions sent work to peers, and TTFT p99 is lower than the same
+// day with forwarding off.
+func TestDemoJSONBeatsItsLocalBaseline(t *testing.T) {
+	var out, view bytes.Buffer
+	sum, err := Run(context.Background(), Options{Duration: 20 * time.Second, JSON: true, Ports: []int{0, 0, 0}, Stdout: &out, Stderr: &view})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed Summary
+	if err := json.Unmarshal(out.Bytes(), &parsed); err != nil {
+		t.Fatalf("summary is not JSON: %v\n%s", err, out.String())
+	}
+	t.Logf("skywalker %+v\nlocal %+v", parsed.Overall, parsed.LocalBaseline.Overall)
+	if sum.Overall.ForwardedOut == 0 {
+		t.Error("no region sent work to a peer during its burst")
+	}
+	if sum.Overall.TTFTP99Ms >= sum.LocalBaseline.Overall.TTFTP99Ms {
+		t.Errorf("TTFT p99 %.0f ms, not lower than %.0f ms with forwarding off", sum.Overall.TTFTP99Ms, sum.LocalBaseline.Overall.TTFTP99Ms)
+	}
+	if sum.Overall.Failed != 0 {
+		t.Errorf("%d requests failed", sum.Overall.Failed)
+	}
+	if !strings.Contains(view.String(), "TTFT p99") || !strings.Contains(view.String(), "curl -s http://127.0.0.1:") {
+		t.Error("the live view or the usage lines are missing")
+	}
+}
+
+// TestOpenAIClientDuringABurst drives the demo mesh with the official
+// OpenAI Go client while a day runs, checks that cross-region service
+// happened, and that the summary's numbers are the client's measurements.
+func TestOpenAIClientDuringABurst(t *testing.T) {
+	ctx := context.Background()
+	c, err := Start(ctx, "skywalker", []int{0, 0, 0}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var mu sync.Mutex
+	var clientSeen []string
+	done := make(chan []bench.Sample)
+	go func() {
+		s, err := runDay(ctx, c, 8*time.Second, nil)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- s
+	}()
+	for i := range 12 {
+		time.Sleep(500 * time.Millisecond)
+		region := c.Regions[i%3]
+		client := openai.NewClient(option.WithBaseURL(region.URL+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+		params := openai.ChatCompletionNewParams{Model: Model, MaxTokens: openai.Int(8),
+			Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(strings.Repeat("What is the weather like? ", 40))}}
+		var raw *http.Response
+		if i%2 == 0 {
+			resp, err := client.Chat.Completions.New(ctx, params, option.WithResponseInto(&raw))
+			if err != nil || resp.Usage.CompletionTokens != 8 {
+				t.Fatalf("non-streaming: %v %+v", err, resp)
+			}
+		} else {
+			stream := client.Chat.Completions.NewStreaming(ctx, params, option.WithResponseInto(&raw))
+			n := 0
+			for stream.Next() {
+				n++
+			}
+			if err := stream.Err(); err != nil || n == 0 {
+				t.Fatalf("streaming: %v after %d chunks", err, n)
+			}
+		}
+		mu.Lock()
+		clientSeen = append(clientSeen, region.Name+"->"+raw.Header.Get("X-SkyWalker-Region"))
+		mu.Unlock()
+	}
+	samples := <-done
+	regions, overall := Summarize(samples)
+	forwarded, ttfts := 0, []float64{}
+	for _, s := range samples {
+		if s.OK() && s.Served != s.Ingress {
+			forwarded++
+		}
+		if s.OK() {
+			ttfts = append(ttfts, float64(s.TTFT)/1e6)
+		}
+	}
+	if forwarded == 0 || overall.ForwardedOut != forwarded {
+		t.Errorf("forwarded: summary %d, client samples %d (want > 0 and equal)", overall.ForwardedOut, forwarded)
+	}
+	perRegion := 0
+	for _, r := range regions {
+		perRegion += r.Requests
+	}
+	if overall.Requests != len(samples) || perRegion != len(samples) {
+		t.Errorf("requests: summary %d (regions %d), client %d", overall.Requests, perRegion, len(samples))
+	}
+	t.Logf("OpenAI client requests: %v; day: %d requests, %d served cross-region", clientSeen, len(samples), forwarded)
+}

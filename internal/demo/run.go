@@ -1,0 +1,139 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Options configure Run.
+type Options struct {
+	// Duration bounds the whole demo (both days and the time serving
+	// afterwards); zero runs the days at full length and then serves until
+	// ctx ends.
+	Duration time.Duration
+	JSON     bool  // print the summary as JSON on Stdout (the live view goes to Stderr)
+	Ports    []int // the proxies' ports; default 9000, 9001, 9002
+	Stdout   io.Writer
+	Stderr   io.Writer
+	Logger   *slog.Logger
+}
+
+// DefaultPorts are the proxies' ports.
+var DefaultPorts = []int{9000, 9001, 9002}
+
+// Run is the demo.
+func Run(ctx context.Context, opt Options) (Summary, error) {
+	start := time.Now()
+	if opt.Logger == nil {
+		opt.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opt.Ports == nil {
+		opt.Ports = DefaultPorts
+	}
+	view := opt.Stdout
+	if opt.JSON {
+		view = opt.Stderr
+	}
+	day := 40 * time.Second
+	if opt.Duration > 0 {
+		day = max(4*time.Second, (opt.Duration-8*time.Second)/2)
+	}
+	fmt.Fprintf(view, "SkyWalker demo: 3 regions × 2 simulated Llama-3.1-8B A100 engines, a proxy per region, WAN %s.\n", rttList())
+	fmt.Fprintf(view, "One day compressed to %v, demand phase-shifted by time zone; each region's peak is more than its own replicas serve.\n", day)
+
+	fmt.Fprintf(view, "\n[1/2] the day with forwarding off (policy local, GeoDNS-like) ...\n")
+	base, err := Start(ctx, "local", nil, opt.Logger)
+	if err != nil {
+		return Summary{}, err
+	}
+	baseSamples, err := runDay(ctx, base, day, nil)
+	base.Close()
+	if err != nil && ctx.Err() == nil {
+		return Summary{}, err
+	}
+	baseRegions, baseOverall := Summarize(baseSamples)
+	fmt.Fprintf(view, "      %d requests, TTFT p50 %.0f ms, p99 %.0f ms\n", baseOverall.Requests, baseOverall.TTFTP50Ms, baseOverall.TTFTP99Ms)
+
+	fmt.Fprintf(view, "\n[2/2] the same day through SkyWalker (proxies on %s) ...\n", portList(opt.Ports))
+	c, err := Start(ctx, "skywalker", opt.Ports, opt.Logger)
+	if err != nil {
+		return Summary{}, err
+	}
+	defer c.Close()
+	samples, err := runDay(ctx, c, day, view)
+	if err != nil && ctx.Err() == nil {
+		return Summary{}, err
+	}
+	regions, overall := Summarize(samples)
+	sum := Summary{Regions: regions, Overall: overall, LocalBaseline: &Baseline{Regions: baseRegions, Overall: baseOverall}}
+	if opt.JSON {
+		enc := json.NewEncoder(opt.Stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(sum); err != nil {
+			return sum, err
+		}
+	} else {
+		printSummary(opt.Stdout, sum)
+	}
+	fmt.Fprintf(view, "\nThe mesh keeps serving. Try it:\n\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"stream\":true}'\n",
+		c.Regions[0].URL, Model)
+	fmt.Fprintf(view, "\n  from openai import OpenAI\n  client = OpenAI(base_url=\"%s/v1\", api_key=\"unused\")\n  print(client.chat.completions.create(model=\"%s\", messages=[{\"role\": \"user\", \"content\": \"Hello!\"}]).choices[0].message.content)\n",
+		c.Regions[0].URL, Model)
+	fmt.Fprintf(view, "\n  Other regions: %s. /debug/skywalker shows each proxy's view, gates and decisions; Ctrl-C stops.\n", c.Regions[1].URL+", "+c.Regions[2].URL)
+	if opt.Duration > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(start.Add(opt.Duration))):
+		}
+	} else {
+		<-ctx.Done()
+	}
+	return sum, nil
+}
+
+func printSummary(w io.Writer, s Summary) {
+	fmt.Fprintf(w, "\nSummary (what the clients measured):\n\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "region\trequests\tserved locally\tsent to peers\treceived\tTTFT p50 ms\tTTFT p99 ms\tcache hit\t| local: TTFT p50 ms\tTTFT p99 ms\t")
+	var names []string
+	for n := range s.Regions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	row := func(name string, r RegionSummary, b RegionSummary) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f%%\t| %.0f\t%.0f\t\n", name, r.Requests, r.ServedLocal, r.ForwardedOut, r.Received,
+			r.TTFTP50Ms, r.TTFTP99Ms, 100*r.CacheHitRate, b.TTFTP50Ms, b.TTFTP99Ms)
+	}
+	for _, n := range names {
+		row(n, s.Regions[n], s.LocalBaseline.Regions[n])
+	}
+	row("all", s.Overall, s.LocalBaseline.Overall)
+	_ = tw.Flush()
+}
+
+func rttList() string {
+	var parts []string
+	for pair, rtt := range RTTs {
+		parts = append(parts, fmt.Sprintf("%s↔%s %v", pair[0], pair[1], rtt))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+func portList(ports []int) string {
+	var parts []string
+	for _, p := range ports {
+		if p == 0 {
+			return "free ports"
+		}
+		parts = append(parts, fmt.Sprint(p))
+	}
+	return strings.Join(parts, "/")
+}
