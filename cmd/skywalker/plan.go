@@ -15,12 +15,14 @@ import (
 	"skywalker/internal/plan"
 	"skywalker/internal/report"
 	"skywalker/internal/sim"
+	"skywalker/internal/workload"
 )
 
 func newPlanCommand() *cobra.Command {
 	var (
 		scenario, demandFile, from, format, out string
-		capacity, target, wanMs                 float64
+		trace                                   string
+		capacity, target, wanMs, traceScale     float64
 		measure, verify                         bool
 	)
 	cmd := &cobra.Command{
@@ -33,8 +35,10 @@ under the WAN threshold, never across residency boundaries, least RTT-weighted
 cross-region traffic), and with --verify simulates the day under skywalker and
 local to find each policy's smallest reservation that meets the SLO.
 
-Demand comes from --scenario (its diurnal curves), --demand (CSV or YAML) or
---from (live proxies' /v1/skywalker/demand).`,
+Demand comes from --scenario (its diurnal curves), --demand (CSV or YAML),
+--from (live proxies' /v1/skywalker/demand), or --trace with --scenario (a
+Mooncake or Azure trace's arrival pattern stretched over a day in each of the
+scenario's regions, shifted by its time zone, times --trace-scale).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sources := 0
@@ -58,6 +62,11 @@ Demand comes from --scenario (its diurnal curves), --demand (CSV or YAML) or
 				sc = s
 				if in, err = plan.FromScenario(s); err != nil {
 					return err
+				}
+				if trace != "" {
+					if in, err = demandFromTrace(in, s, trace, traceScale); err != nil {
+						return err
+					}
 				}
 			case demandFile != "":
 				data, err := os.ReadFile(demandFile)
@@ -145,6 +154,8 @@ Demand comes from --scenario (its diurnal curves), --demand (CSV or YAML) or
 	f.StringVar(&scenario, "scenario", "", "built-in scenario or YAML file: demand from its diurnal curves")
 	f.StringVar(&demandFile, "demand", "", "demand per region per hour: .csv or .yaml")
 	f.StringVar(&from, "from", "", "live proxies (comma-separated URLs): their /v1/skywalker/demand")
+	f.StringVar(&trace, "trace", "", "with --scenario: demand from this trace (.jsonl Mooncake, .csv Azure) stretched over a day")
+	f.Float64Var(&traceScale, "trace-scale", 1, "multiply the stretched trace's demand")
 	f.Float64Var(&capacity, "capacity", 0, "requests/s one replica serves within the SLO")
 	f.BoolVar(&measure, "measure-capacity", false, "measure the capacity by simulating the scenario's engine profile")
 	f.BoolVar(&verify, "verify", false, "simulate the day: SLO attainment at the plan, and each policy's smallest reservation")
@@ -226,4 +237,37 @@ func reportJSON(w io.Writer, v any) error { return report.JSON(w, v) }
 
 func planPlot(dir string, in plan.Input, res *plan.Result) (string, error) {
 	return report.PlanPlot(dir, in, res)
+}
+
+// demandFromTrace replaces the scenario's curves with a trace's pattern,
+// keeping its regions, RTTs and threshold.
+func demandFromTrace(base plan.Input, s *sim.Scenario, path string, scale float64) (plan.Input, error) {
+	p, err := workload.TracePath(path)
+	if err != nil {
+		return plan.Input{}, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return plan.Input{}, err
+	}
+	defer f.Close()
+	var recs []workload.TraceRecord
+	if strings.HasSuffix(p, ".csv") {
+		recs, err = workload.ParseAzure(f)
+	} else {
+		recs, err = workload.ParseMooncake(f)
+	}
+	if err != nil {
+		return plan.Input{}, fmt.Errorf("%s: %w", p, err)
+	}
+	var regions []plan.RegionTZ
+	for _, r := range s.Regions {
+		regions = append(regions, plan.RegionTZ{Name: r.Name, Jurisdiction: r.Jurisdiction, UTCOffset: r.UTCOffset})
+	}
+	in, err := plan.FromTrace(recs, regions, scale)
+	if err != nil {
+		return plan.Input{}, err
+	}
+	in.RTT, in.MaxWANRTT = base.RTT, base.MaxWANRTT
+	return in, nil
 }

@@ -80,3 +80,20 @@ func TestPlanRejectsBadFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanFromATrace(t *testing.T) {
+	out, err := run(t, "plan", "--scenario", "diurnal-3region", "--trace", "azure_conv_2023.csv", "--trace-scale", "24", "--format", "json")
+	if err != nil {
+		if strings.Contains(err.Error(), "trace") {
+			t.Skipf("traces not available: %v", err)
+		}
+		t.Fatal(err)
+	}
+	var got struct {
+		Isolated   int `json:"isolated_replicas"`
+		Aggregated int `json:"aggregated_replicas"`
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Isolated == 0 || got.Aggregated > got.Isolated {
+		t.Errorf("plan from a trace: %+v %v", got, err)
+	}
+}

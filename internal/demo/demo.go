@@ -140,7 +140,7 @@ func Start(ctx context.Context, policyName string, ports []int, log *slog.Logger
 		}
 		c.Regions = append(c.Regions, reg)
 	}
-	return c, c.wait(15 * time.Second)
+	return c, c.wait(30 * time.Second)
 }
 
 // wait blocks until every proxy sees its peers healthy and its replicas up.

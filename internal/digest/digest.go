@@ -59,11 +59,25 @@ func (d *Digest) Hashes() uint { return d.filter.K() }
 
 // FillRatio is the fraction of bits set; a filter far past its capacity
 // approaches 1 and matches everything, so publishers rebuild before that.
+//
+// A digest that others may read (decoded, built, merged, patched) has its
+// fill computed when it is made, so readers never write to it; only Add
+// leaves it to be computed again.
 func (d *Digest) FillRatio() float64 {
 	if d.fill < 0 {
-		d.fill = float64(d.filter.BitSet().Count()) / float64(d.filter.Cap())
+		return d.countFill()
 	}
 	return d.fill
+}
+
+func (d *Digest) countFill() float64 {
+	return float64(d.filter.BitSet().Count()) / float64(d.filter.Cap())
+}
+
+// seal computes the fill ratio so the digest can be shared read-only.
+func (d *Digest) seal() *Digest {
+	d.fill = d.countFill()
+	return d
 }
 
 // maxBisectFill is the fill ratio above which MatchLength stops trusting
@@ -118,14 +132,17 @@ func (d *Digest) Merge(other *Digest) error {
 	if err := d.filter.Merge(other.filter); err != nil {
 		return fmt.Errorf("merge digest of %s/%s: %w", other.Region, other.Node, err)
 	}
-	d.fill = -1
+	d.seal()
 	return nil
 }
 
-// Clone returns an independent copy.
+// Clone returns an independent copy, ready to be shared read-only.
 func (d *Digest) Clone() *Digest {
 	c := *d
 	c.filter = d.filter.Copy()
+	if c.fill < 0 {
+		c.seal()
+	}
 	return &c
 }
 
@@ -208,7 +225,7 @@ func Decode(b []byte) (*Digest, error) {
 	for i := range words {
 		words[i] = r.uint64()
 	}
-	return &Digest{Region: region, Node: node, Generation: gen, filter: bloom.FromWithM(words, uint(m), k), fill: -1}, nil
+	return (&Digest{Region: region, Node: node, Generation: gen, filter: bloom.FromWithM(words, uint(m), k)}).seal(), nil
 }
 
 type reader struct {
@@ -262,7 +279,7 @@ type BlockSource interface {
 func Build(src BlockSource, region, node string, generation uint64, capacity uint, fpRate float64) *Digest {
 	d := New(region, node, generation, max(capacity, uint(src.Blocks())), fpRate)
 	src.ForEachBlock(d.Add)
-	return d
+	return d.seal()
 }
 
 // Words returns the filter's bit words. The caller must not modify them.
@@ -281,6 +298,5 @@ func (d *Digest) WithWords(indexes []uint32, words []uint64, generation uint64) 
 		w[idx] = words[i]
 	}
 	c.Generation = generation
-	c.fill = -1
-	return c, nil
+	return c.seal(), nil
 }

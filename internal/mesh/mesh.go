@@ -133,9 +133,9 @@ func New(cfg Config, src Source) (*Mesh, error) {
 	}
 	m.ml = ml
 	m.wg.Add(3)
-	go m.loadLoop()
-	go m.digestLoop()
-	go m.probeLoop()
+	go m.every(max(cfg.LoadInterval/5, 10*time.Millisecond), m.publishLoad)
+	go m.every(cfg.DigestInterval, m.publishDigest)
+	go m.every(cfg.ProbeInterval, m.probe)
 	return m, nil
 }
 
@@ -314,38 +314,43 @@ func (m *Mesh) Stats() Stats {
 	return s
 }
 
-// loadLoop publishes the load summary every LoadInterval, and early when
-// it changed significantly.
-func (m *Mesh) loadLoop() {
+// every runs fn each interval until the node stops.
+func (m *Mesh) every(interval time.Duration, fn func()) {
 	defer m.wg.Done()
-	t := time.NewTicker(max(m.cfg.LoadInterval/5, 10*time.Millisecond))
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-t.C:
+			fn()
 		}
-		l := m.src.Load()
-		m.mu.Lock()
-		due := time.Since(m.lastSent) >= m.cfg.LoadInterval || significant(m.lastLoad, l)
-		if due {
-			m.loadSeq++
-			m.lastLoad, m.lastSent = l, time.Now()
-		}
-		seq := m.loadSeq
-		m.mu.Unlock()
-		if !due {
+	}
+}
+
+// publishLoad sends the load summary to every member once LoadInterval has
+// passed since the last one, or early when it changed significantly.
+func (m *Mesh) publishLoad() {
+	l := m.src.Load()
+	m.mu.Lock()
+	due := time.Since(m.lastSent) >= m.cfg.LoadInterval || significant(m.lastLoad, l)
+	if due {
+		m.loadSeq++
+		m.lastLoad, m.lastSent = l, time.Now()
+	}
+	seq := m.loadSeq
+	m.mu.Unlock()
+	if !due {
+		return
+	}
+	msg := encodeLoad(loadMsg{Node: m.cfg.NodeID, Seq: seq, Load: l})
+	for _, n := range m.ml.Members() {
+		if n.Name == m.cfg.NodeID {
 			continue
 		}
-		msg := encodeLoad(loadMsg{Node: m.cfg.NodeID, Seq: seq, Load: l})
-		for _, n := range m.ml.Members() {
-			if n.Name == m.cfg.NodeID {
-				continue
-			}
-			if err := m.ml.SendBestEffort(n, msg); err == nil {
-				m.bytesSent.Add(int64(len(msg)))
-			}
+		if err := m.ml.SendBestEffort(n, msg); err == nil {
+			m.bytesSent.Add(int64(len(msg)))
 		}
 	}
 }
@@ -362,22 +367,8 @@ func significant(old, cur Load) bool {
 		diff(cur.Outstanding, old.Outstanding) > max(8, old.Outstanding/4)
 }
 
-// digestLoop publishes the digest at most every DigestInterval: a delta to
+// publishDigest sends the digest, at most every DigestInterval: a delta to
 // nodes holding the previous generation, the whole filter to the rest.
-func (m *Mesh) digestLoop() {
-	defer m.wg.Done()
-	t := time.NewTicker(m.cfg.DigestInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-		}
-		m.publishDigest()
-	}
-}
-
 func (m *Mesh) publishDigest() {
 	cur := m.src.Digest()
 	if cur == nil {
@@ -442,23 +433,13 @@ func diffDigests(node string, prev, cur *digest.Digest) deltaMsg {
 	return d
 }
 
-// probeLoop pings one live node of every peer region each ProbeInterval,
-// so every link has RTT and loss samples even when memberlist's own random
-// probes go elsewhere.
-func (m *Mesh) probeLoop() {
-	defer m.wg.Done()
-	t := time.NewTicker(m.cfg.ProbeInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-m.stop:
-			return
-		case <-t.C:
-		}
-		for _, target := range m.probeTargets() {
-			rtt, err := m.ml.Ping(target.name, target.addr)
-			m.observe(target.meta.Region, rtt, err == nil)
-		}
+// probe pings one live node of every peer region (called each
+// ProbeInterval), so every link has RTT and loss samples even when
+// memberlist's own random probes go elsewhere.
+func (m *Mesh) probe() {
+	for _, target := range m.probeTargets() {
+		rtt, err := m.ml.Ping(target.name, target.addr)
+		m.observe(target.meta.Region, rtt, err == nil)
 	}
 }
 

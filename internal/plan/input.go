@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"skywalker/internal/sim"
+	"skywalker/internal/workload"
 )
 
 // FromScenario reads demand from a scenario's diurnal workload: each
@@ -242,4 +243,43 @@ func FromProxies(ctx context.Context, urls []string) (Input, error) {
 		return Input{}, errors.New("plan: no proxies given")
 	}
 	return in, nil
+}
+
+// FromTrace stretches a trace's arrival pattern over a day for each
+// region: the trace's span is cut into 24 equal buckets, bucket b becoming
+// hour b of the region's local day (so regions in other time zones see the
+// same pattern shifted), and each hour's demand is the bucket's request
+// count over the hour, times scale.
+func FromTrace(records []workload.TraceRecord, regions []RegionTZ, scale float64) (Input, error) {
+	if len(records) == 0 || len(regions) == 0 {
+		return Input{}, errors.New("plan: a trace and regions are needed")
+	}
+	if scale <= 0 {
+		scale = 1
+	}
+	span := records[len(records)-1].At
+	var counts [Hours]float64
+	for _, r := range records {
+		b := 0
+		if span > 0 {
+			b = min(int(float64(r.At)/float64(span)*Hours), Hours-1)
+		}
+		counts[b]++
+	}
+	in := Input{}
+	for _, reg := range regions {
+		r := Region{Name: reg.Name, Jurisdiction: reg.Jurisdiction}
+		for h := range Hours {
+			local := ((h+int(math.Round(reg.UTCOffset)))%Hours + Hours) % Hours
+			r.Demand[h] = counts[local] / 3600 * scale
+		}
+		in.Regions = append(in.Regions, r)
+	}
+	return in, nil
+}
+
+// RegionTZ is a region and its time zone, for FromTrace.
+type RegionTZ struct {
+	Name, Jurisdiction string
+	UTCOffset          float64
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"skywalker/internal/sim"
+	"skywalker/internal/workload"
 	"skywalker/scenarios"
 )
 
@@ -117,4 +118,25 @@ func FuzzParseDemandYAML(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = ParseDemandYAML(data)
 	})
+}
+
+func TestFromTraceShiftsThePatternByTimeZone(t *testing.T) {
+	var recs []workload.TraceRecord
+	// 240 requests in the first 24th of the trace, 24 in every other.
+	for i := range 240 {
+		recs = append(recs, workload.TraceRecord{At: time.Duration(i) * time.Second / 2})
+	}
+	for b := 1; b < 24; b++ {
+		for i := range 24 {
+			recs = append(recs, workload.TraceRecord{At: time.Duration(b)*150*time.Second + time.Duration(i)*time.Second})
+		}
+	}
+	in, err := FromTrace(recs, []RegionTZ{{Name: "utc"}, {Name: "plus3", UTCOffset: 3}}, 36)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The busy bucket is hour 0 local: 00:00 UTC for utc, 21:00 UTC for plus3.
+	if in.Regions[0].Demand[0] != 2.4 || in.Regions[1].Demand[21] != 2.4 || in.Regions[1].Demand[0] != 0.24 {
+		t.Errorf("demand %v / %v", in.Regions[0].Demand, in.Regions[1].Demand)
+	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -164,4 +165,25 @@ func FuzzForwardMarker(f *testing.F) {
 	f.Fuzz(func(t *testing.T, marker string) {
 		_, _, _ = keys.verify(marker, time.Now())
 	})
+}
+
+func TestDNSPoolResolvesToReplicaURLs(t *testing.T) {
+	urls, err := lookup(context.Background(), "localhost:8123")
+	if err != nil {
+		t.Skipf("no resolver here: %v", err)
+	}
+	if len(urls) == 0 {
+		t.Fatal("localhost resolved to nothing")
+	}
+	for _, u := range urls {
+		if u.Scheme != "http" || !strings.HasSuffix(u.Host, ":8123") {
+			t.Errorf("replica URL %v: want http://IP:8123", u)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.WorkerPool = []string{"localhost:8123"}
+	got, err := initialReplicas(context.Background(), cfg)
+	if err != nil || len(got) != len(urls) {
+		t.Errorf("a DNS-named pool: %v %v", got, err)
+	}
 }

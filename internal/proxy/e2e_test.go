@@ -103,3 +103,26 @@ func TestBadInputsGetTheirStatus(t *testing.T) {
 		})
 	}
 }
+
+// TestAForwardedRequestIsNeverForwardedAgain sends eu-west a request that
+// us-east forwarded (a valid marker) while eu-west has no healthy replica:
+// eu-west must hold it and time out rather than pass it on.
+func TestAForwardedRequestIsNeverForwardedAgain(t *testing.T) {
+	c := startCluster(t, clusterOpts{maxWait: 500 * time.Millisecond})
+	eu := c.regions["eu-west"]
+	for _, e := range eu.engines {
+		e.CloseClientConnections()
+		e.Listener.Close()
+	}
+	waitUntil(t, 10*time.Second, "eu-west ejects its replicas", func() bool { return eu.proxy.router.healthyReplicas() == 0 })
+	marker := eu.proxy.keys.sign("us-east", "already-forwarded", time.Now())
+	r := call(t, eu.url, chat("forwarded once", 2, false, ""), map[string]string{ForwardHeader: marker})
+	if r.status != 503 {
+		t.Errorf("status %d served by %q: a forwarded request must be served here or fail, never forwarded again", r.status, r.region)
+	}
+	// Without the marker, eu-west may send the same request to a peer.
+	r = call(t, eu.url, chat("not forwarded yet", 2, false, ""), nil)
+	if r.status != 200 || r.region == "eu-west" {
+		t.Errorf("status %d region %q: an unmarked request should go to a healthy peer", r.status, r.region)
+	}
+}
