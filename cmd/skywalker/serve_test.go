@@ -88,3 +88,20 @@ func TestServeASingleRegion(t *testing.T) {
 		t.Fatal("serve did not shut down")
 	}
 }
+
+func TestBenchAgainstAnEngine(t *testing.T) {
+	p, _ := engine.LookupProfile("llama3-8b-h100")
+	es, _ := server.New(server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 50})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go es.Run(ctx)
+	eng := httptest.NewServer(es.Handler())
+	defer eng.Close()
+	out, err := run(t, "bench", "--scenario", "quickstart", "--endpoints", eng.URL, "--limit", "15", "--speedup", "20", "--format", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, `"completed": 15`) || !strings.Contains(out, `"policy": "live"`) {
+		t.Errorf("bench output:\n%s", out)
+	}
+}

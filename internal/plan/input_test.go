@@ -2,6 +2,7 @@ package plan
 
 import (
 	"context"
+	"math"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -136,7 +137,8 @@ func TestFromTraceShiftsThePatternByTimeZone(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The busy bucket is hour 0 local: 00:00 UTC for utc, 21:00 UTC for plus3.
-	if in.Regions[0].Demand[0] != 2.4 || in.Regions[1].Demand[21] != 2.4 || in.Regions[1].Demand[0] != 0.24 {
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	if !near(in.Regions[0].Demand[0], 2.4) || !near(in.Regions[1].Demand[21], 2.4) || !near(in.Regions[1].Demand[0], 0.24) {
 		t.Errorf("demand %v / %v", in.Regions[0].Demand, in.Regions[1].Demand)
 	}
 }
