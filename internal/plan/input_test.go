@@ -2,8 +2,8 @@ package plan
 
 import (
 	"context"
-	"math"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
