@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,19 +43,15 @@ func TestServeConfigPrecedence(t *testing.T) {
 }
 
 func TestServeASingleRegion(t *testing.T) {
-	p, _ := engine.LookupProfile("llama3-8b-h100")
-	es, _ := server.New(server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 50})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go es.Run(ctx)
-	eng := httptest.NewServer(es.Handler())
-	defer eng.Close()
+	engURL := testEngine(t, ctx)
 
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l.Addr().String()
 	l.Close()
 	cfg := cmdFlagsConfig(addr)
-	cfg.Region, cfg.WorkerPool = "solo", []string{eng.URL}
+	cfg.Region, cfg.WorkerPool = "solo", []string{engURL}
 	done := make(chan error, 1)
 	go func() { done <- runServe(ctx, cfg, slog.New(slog.DiscardHandler)) }()
 
@@ -90,18 +85,24 @@ func TestServeASingleRegion(t *testing.T) {
 }
 
 func TestBenchAgainstAnEngine(t *testing.T) {
-	p, _ := engine.LookupProfile("llama3-8b-h100")
-	es, _ := server.New(server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 50})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go es.Run(ctx)
-	eng := httptest.NewServer(es.Handler())
-	defer eng.Close()
-	out, err := run(t, "bench", "--scenario", "quickstart", "--endpoints", eng.URL, "--limit", "15", "--speedup", "20", "--format", "json")
+	out, err := run(t, "bench", "--scenario", "quickstart", "--endpoints", testEngine(t, ctx), "--limit", "15", "--speedup", "20", "--format", "json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, `"completed": 15`) || !strings.Contains(out, `"policy": "live"`) {
 		t.Errorf("bench output:\n%s", out)
 	}
+}
+
+// testEngine runs a fast simulated engine on loopback until ctx ends.
+func testEngine(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	p, _ := engine.LookupProfile("llama3-8b-h100")
+	_, url, err := server.ServeLoopback(ctx, server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -33,19 +32,19 @@ func TestPromptTextSharesExactlyThePrefixBlocks(t *testing.T) {
 
 func TestRunMeasuresWhatTheClientSees(t *testing.T) {
 	p, _ := engine.LookupProfile("llama3-8b-h100")
-	es, _ := server.New(server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 20})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go es.Run(ctx)
-	hs := httptest.NewServer(es.Handler())
-	defer hs.Close()
+	_, engineURL, err := server.ServeLoopback(ctx, server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var arrivals []workload.Arrival
 	for i := range 12 {
 		req := &request.Request{ID: string(rune('a' + i)), PromptTokens: 300, MaxTokens: 8, Blocks: []uint64{42, uint64(i)}, BlockTokens: 128}
 		arrivals = append(arrivals, workload.Arrival{At: time.Duration(i) * 20 * time.Millisecond, Region: "r", Request: req})
 	}
 	var seen int
-	res, samples, err := Run(ctx, Config{Default: hs.URL, Source: workload.NewSliceSource(arrivals), SLO: time.Second, Label: "live",
+	res, samples, err := Run(ctx, Config{Default: engineURL, Source: workload.NewSliceSource(arrivals), SLO: time.Second, Label: "live",
 		OnSample: func(Sample) { seen++ }})
 	if err != nil {
 		t.Fatal(err)

@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strconv"
 	"strings"
@@ -79,15 +78,12 @@ func Start(ctx context.Context, policyName string, ports []int, log *slog.Logger
 	for i, spec := range Regions {
 		reg := &Region{Name: spec.Name}
 		for range 2 {
-			es, err := server.New(server.Config{Model: Model, Engine: engine.Config{Profile: prof, MaxNumSeqs: 48}, TimeScale: 1, Seed: uint64(i + 1)})
+			_, url, err := server.ServeLoopback(ctx, server.Config{Model: Model, Engine: engine.Config{Profile: prof, MaxNumSeqs: 48}, TimeScale: 1, Seed: uint64(i + 1)})
 			if err != nil {
 				c.Close()
 				return nil, err
 			}
-			go es.Run(ctx)
-			hs := httptest.NewServer(es.Handler())
-			c.closers = append(c.closers, hs.Close)
-			reg.Engines = append(reg.Engines, hs.URL)
+			reg.Engines = append(reg.Engines, url)
 		}
 		port := 0
 		if i < len(ports) {
