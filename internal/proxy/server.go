@@ -14,6 +14,7 @@ import (
 
 	"skywalker/internal/apierr"
 	"skywalker/internal/engine"
+	"skywalker/internal/httpserve"
 	"skywalker/internal/policy"
 	"skywalker/internal/request"
 )
@@ -150,23 +151,10 @@ func (s *Server) Start(ctx context.Context) error {
 // Serve serves HTTP on l until ctx ends, then drains: it stops accepting,
 // lets held and in-flight requests finish within DrainTimeout, and returns.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	s.draining.Store(true)
-	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
-	shutdown, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
-	defer cancel()
-	if err := hs.Shutdown(shutdown); err != nil {
-		_ = hs.Close()
-		return fmt.Errorf("drain: %w", err)
-	}
-	return nil
+	return httpserve.Run(ctx, l, s.handler, s.cfg.DrainTimeout, func() {
+		s.draining.Store(true)
+		s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
+	})
 }
 
 func (s *Server) routes() http.Handler {

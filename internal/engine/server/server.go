@@ -15,6 +15,7 @@ import (
 
 	"skywalker/internal/apierr"
 	"skywalker/internal/engine"
+	"skywalker/internal/httpserve"
 	"skywalker/internal/request"
 )
 
@@ -139,20 +140,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	loopCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go s.Run(loopCtx)
-	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
-	select {
-	case err := <-errc:
-		return err
-	case <-ctx.Done():
-	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shutdown); err != nil {
-		_ = hs.Close()
-	}
-	return nil
+	return httpserve.Run(ctx, l, s.handler, 5*time.Second, nil)
 }
 
 // Run is the engine loop: step the model in (scaled) real time until ctx
