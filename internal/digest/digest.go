@@ -21,6 +21,7 @@ type Digest struct {
 	Generation uint64 // increases with every rebuild by the same node
 	filter     *bloom.BloomFilter
 	fill       float64 // fraction of bits set; < 0 when unknown since the last Add
+	adds       uint    // Add calls since the fill was last counted
 }
 
 // New returns an empty digest sized so that capacity blocks give at most
@@ -42,7 +43,11 @@ func (d *Digest) Add(hash uint64) {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], hash)
 	d.filter.Add(b[:])
-	d.fill = -1
+	if d.fill >= 0 { // from counted to estimated: the additions that fill implies
+		k, m := float64(d.filter.K()), float64(d.filter.Cap())
+		d.adds, d.fill = uint(-m/k*math.Log1p(-min(d.fill, 0.999999))), -1
+	}
+	d.adds++
 }
 
 // Contains reports whether the block is probably present (false positives
@@ -63,9 +68,14 @@ func (d *Digest) Hashes() uint { return d.filter.K() }
 // A digest that others may read (decoded, built, merged, patched) has its
 // fill computed when it is made, so readers never write to it; only Add
 // leaves it to be computed again.
+//
+// While a digest is being built (Add since the last count) the ratio is
+// estimated from the number of additions, 1 − e^(−k·n/m), which never
+// scans the filter and never writes to the digest.
 func (d *Digest) FillRatio() float64 {
 	if d.fill < 0 {
-		return d.countFill()
+		k, m := float64(d.filter.K()), float64(d.filter.Cap())
+		return 1 - math.Exp(-k*float64(d.adds)/m)
 	}
 	return d.fill
 }

@@ -209,3 +209,23 @@ func BenchmarkMatchLength800Blocks(b *testing.B) {
 		}
 	}
 }
+
+func TestFillRatioEstimateTracksTheCount(t *testing.T) {
+	d := New("r", "", 1, 10_000, 0.01)
+	rng := rand.New(rand.NewPCG(2, 2))
+	for range 5_000 {
+		d.Add(rng.Uint64())
+	}
+	est := d.FillRatio()
+	counted := d.Clone().FillRatio() // a clone is sealed: counted
+	if est < counted-0.02 || est > counted+0.02 {
+		t.Errorf("estimated fill %.3f, counted %.3f", est, counted)
+	}
+	c := d.Clone()
+	for range 5_000 {
+		c.Add(rng.Uint64())
+	}
+	if est, counted := c.FillRatio(), c.Clone().FillRatio(); est < counted-0.02 || est > counted+0.02 {
+		t.Errorf("after more additions to a sealed digest: estimated %.3f, counted %.3f", est, counted)
+	}
+}
