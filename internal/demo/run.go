@@ -101,14 +101,14 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 func printSummary(w io.Writer, s Summary) {
 	fmt.Fprintf(w, "\nSummary (what the clients measured):\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "region\trequests\tserved locally\tsent to peers\treceived\tTTFT p50 ms\tTTFT p99 ms\tcache hit\t| local: TTFT p50 ms\tTTFT p99 ms\t")
+	fmt.Fprintln(tw, "region\trequests\tserved locally\tsent to peers\treceived\tTTFT p50 ms\tTTFT p99 ms\tcache hit\t|\tlocal: TTFT p50 ms\tTTFT p99 ms\t")
 	var names []string
 	for n := range s.Regions {
 		names = append(names, n)
 	}
 	sort.Strings(names)
 	row := func(name string, r RegionSummary, b RegionSummary) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f%%\t| %.0f\t%.0f\t\n", name, r.Requests, r.ServedLocal, r.ForwardedOut, r.Received,
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f%%\t|\t%.0f\t%.0f\t\n", name, r.Requests, r.ServedLocal, r.ForwardedOut, r.Received,
 			r.TTFTP50Ms, r.TTFTP99Ms, 100*r.CacheHitRate, b.TTFTP50Ms, b.TTFTP99Ms)
 	}
 	for _, n := range names {
