@@ -242,23 +242,9 @@ func planPlot(dir string, in plan.Input, res *plan.Result) (string, error) {
 // demandFromTrace replaces the scenario's curves with a trace's pattern,
 // keeping its regions, RTTs and threshold.
 func demandFromTrace(base plan.Input, s *sim.Scenario, path string, scale float64) (plan.Input, error) {
-	p, err := workload.TracePath(path)
+	recs, err := workload.LoadTrace(path, "")
 	if err != nil {
 		return plan.Input{}, err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return plan.Input{}, err
-	}
-	defer f.Close()
-	var recs []workload.TraceRecord
-	if strings.HasSuffix(p, ".csv") {
-		recs, err = workload.ParseAzure(f)
-	} else {
-		recs, err = workload.ParseMooncake(f)
-	}
-	if err != nil {
-		return plan.Input{}, fmt.Errorf("%s: %w", p, err)
 	}
 	var regions []plan.RegionTZ
 	for _, r := range s.Regions {

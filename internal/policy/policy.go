@@ -193,6 +193,23 @@ type PeerRegion struct {
 	Prefill      PrefillProfile
 }
 
+// PrefixMatcher tells how many leading blocks of a request a peer
+// probably holds; *digest.Digest is one.
+type PrefixMatcher interface {
+	MatchLength(blocks []uint64) int
+}
+
+// MatchPrefix sets PrefixBlocks from the peer's digest, but only for a
+// peer the request could be sent to: matching costs probes, and a
+// forwarded, non-resident or unhealthy peer's cache cannot help. Both
+// drivers build the view through it. Callers pass no digest at all when
+// they have none: a nil *digest.Digest is not a nil PrefixMatcher.
+func (p *PeerRegion) MatchPrefix(req *request.Request, digest PrefixMatcher) {
+	if digest != nil && p.Healthy && !req.Forwarded && req.AllowedIn(p.Jurisdiction) {
+		p.PrefixBlocks = digest.MatchLength(req.Blocks)
+	}
+}
+
 // Load is the region's utilization, as LocalRegion.Load.
 func (p *PeerRegion) Load() float64 {
 	if p.Slots <= 0 {

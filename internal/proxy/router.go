@@ -200,8 +200,8 @@ func (r *Router) View(req *request.Request) *policy.View {
 		p := &r.peers[i]
 		pr := p.Policy()
 		pr.Outstanding += r.forwarding[p.Region]
-		if p.Digest != nil && pr.Healthy && !req.Forwarded && req.AllowedIn(pr.Jurisdiction) {
-			pr.PrefixBlocks = p.Digest.MatchLength(req.Blocks)
+		if p.Digest != nil {
+			pr.MatchPrefix(req, p.Digest)
 		}
 		v.Peers = append(v.Peers, pr)
 		r.peerAt = append(r.peerAt, i)

@@ -133,18 +133,8 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.router.setReplicas(urls)
 	go s.loops.run(ctx)
-	go func() { // pump held requests even when nothing else happens: deadlines, fresh peer data
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				s.router.pump()
-			}
-		}
-	}()
+	// Pump held requests even when nothing else happens: deadlines, fresh peer data.
+	go s.loops.every(ctx, 50*time.Millisecond, func(context.Context) { s.router.pump() })
 	return nil
 }
 

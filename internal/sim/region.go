@@ -161,8 +161,8 @@ func (r *region) View(req *request.Request) *policy.View {
 		if !p.GateOpen {
 			p.GateReason = "rtt above threshold"
 		}
-		if ps.digest != nil && p.Healthy && !req.Forwarded && req.AllowedIn(p.Jurisdiction) {
-			p.PrefixBlocks = ps.digest.MatchLength(req.Blocks)
+		if ps.digest != nil {
+			p.MatchPrefix(req, ps.digest)
 		}
 		v.Peers = append(v.Peers, p)
 		r.viewPeerIdx = append(r.viewPeerIdx, j)

@@ -313,7 +313,7 @@ func (s *Scenario) workload(loads []workload.RegionLoad, trace string) (*Workloa
 		if trace != "" {
 			name = trace
 		}
-		recs, err := loadTrace(w.Kind, name)
+		recs, err := workload.LoadTrace(name, w.Kind)
 		if err != nil {
 			return nil, err
 		}

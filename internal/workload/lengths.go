@@ -1,10 +1,8 @@
 package workload
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 )
 
 // LengthDist draws (prompt, output) token lengths.
@@ -36,18 +34,9 @@ func Synthetic() *LengthDist {
 // LengthsFromTrace loads an Azure trace file (found with TracePath) as an
 // empirical length distribution.
 func LengthsFromTrace(name string) (*LengthDist, error) {
-	path, err := TracePath(name)
+	recs, err := LoadTrace(name, FormatAzure)
 	if err != nil {
 		return nil, err
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open trace: %w", err)
-	}
-	defer f.Close()
-	recs, err := ParseAzure(f)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	d := &LengthDist{Name: name, samples: make([][2]int, len(recs))}
 	for i, r := range recs {

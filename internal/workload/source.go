@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"skywalker/internal/request"
@@ -79,4 +80,44 @@ func TracePath(name string) (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// Trace formats understood by LoadTrace.
+const (
+	FormatMooncake = "mooncake" // JSONL with hash_ids
+	FormatAzure    = "azure"    // CSV with TIMESTAMP, ContextTokens, GeneratedTokens
+)
+
+// LoadTrace finds a trace with TracePath and parses it. format is
+// FormatMooncake or FormatAzure; empty picks by extension (.csv is Azure,
+// anything else Mooncake).
+func LoadTrace(name, format string) ([]TraceRecord, error) {
+	path, err := TracePath(name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open trace: %w", err)
+	}
+	defer f.Close()
+	if format == "" {
+		format = FormatMooncake
+		if strings.HasSuffix(path, ".csv") {
+			format = FormatAzure
+		}
+	}
+	var recs []TraceRecord
+	switch format {
+	case FormatMooncake:
+		recs, err = ParseMooncake(f)
+	case FormatAzure:
+		recs, err = ParseAzure(f)
+	default:
+		return nil, fmt.Errorf("trace %s: unknown format %q", name, format)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return recs, nil
 }

@@ -155,3 +155,22 @@ func TestReplayKeepsSessionsInOneRegion(t *testing.T) {
 		t.Error("shared ids must give shared block hashes")
 	}
 }
+
+func TestLoadTracePicksTheParser(t *testing.T) {
+	dir := t.TempDir()
+	csv := dir + "/t.csv"
+	jsonl := dir + "/t.jsonl"
+	_ = os.WriteFile(csv, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n"), 0o644)
+	_ = os.WriteFile(jsonl, []byte(`{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}`+"\n"), 0o644)
+	for _, path := range []string{csv, jsonl} {
+		if recs, err := LoadTrace(path, ""); err != nil || len(recs) != 1 {
+			t.Errorf("%s: %v %v", path, recs, err)
+		}
+	}
+	if _, err := LoadTrace(csv, FormatMooncake); err == nil {
+		t.Error("a CSV read as Mooncake must fail")
+	}
+	if _, err := LoadTrace(csv, "parquet"); err == nil {
+		t.Error("an unknown format must fail")
+	}
+}
