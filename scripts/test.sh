@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The project's test command: formatting, vet, and every test under the race
-# detector. README.md and .ci/run both call exactly this.
+# The project's test command: formatting, vet, staticcheck, every test under
+# the race detector, and the quickstart simulation. README.md and .ci/run
+# both call exactly this. It needs only Go: staticcheck is installed from
+# the Go module proxy on first use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+STATICCHECK_VERSION=v0.8.2
 
 unformatted=$(find . -name '*.go' -not -path './.git/*' -print0 | xargs -0 gofmt -l)
 if [ -n "$unformatted" ]; then
@@ -10,6 +14,15 @@ if [ -n "$unformatted" ]; then
   echo "$unformatted" >&2
   exit 1
 fi
+
 go vet ./...
-go test -race -count=1 -p 1 ./...   # -p 1: the real-time tests (engine pacing, the proxy mesh) must not share the CPU with the simulator tests
+
+staticcheck="$(go env GOPATH)/bin/staticcheck"
+if ! "$staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; then
+  echo "installing staticcheck $STATICCHECK_VERSION ..." >&2
+  go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+"$staticcheck" ./...
+
+go test -race -count=1 ./...
 go run ./cmd/skywalker sim --scenario quickstart --quiet

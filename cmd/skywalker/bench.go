@@ -12,7 +12,8 @@ import (
 
 	"skywalker/internal/bench"
 	"skywalker/internal/report"
-	"skywalker/internal/sim"
+	"skywalker/internal/results"
+	"skywalker/internal/workload"
 )
 
 func newBenchCommand() *cobra.Command {
@@ -58,7 +59,7 @@ hits and, behind SkyWalker, which region served each request.
 			if err != nil {
 				return err
 			}
-			cfg.Source = limited(src, limit)
+			cfg.Source = workload.Limit(src, limit)
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			start := time.Now()
@@ -67,7 +68,7 @@ hits and, behind SkyWalker, which region served each request.
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "replayed %d requests in %v\n", res.Requests, time.Since(start).Round(time.Millisecond))
-			rep := &sim.Report{Scenario: sc.Name, Seed: sc.Seed, Lengths: wl.Lengths, Results: []*sim.Result{res}}
+			rep := &results.Report{Scenario: sc.Name, Seed: sc.Seed, Lengths: wl.Lengths, Results: []*results.Result{res}}
 			return writeSim(cmd.OutOrStdout(), format, []report.SweepPoint{{RateScale: speedup, Report: rep}})
 		},
 	}
@@ -80,27 +81,4 @@ hits and, behind SkyWalker, which region served each request.
 	f.IntVar(&limit, "limit", 0, "replay at most this many requests (0: all)")
 	f.StringVar(&format, "format", "table", "output: table, json or markdown")
 	return cmd
-}
-
-// limited stops a source after n arrivals (n <= 0: no limit).
-func limited(src sourceNexter, n int) sourceNexter {
-	if n <= 0 {
-		return src
-	}
-	return &limitSource{src: src, left: n}
-}
-
-type sourceNexter = workloadSource
-
-type limitSource struct {
-	src  sourceNexter
-	left int
-}
-
-func (l *limitSource) Next() (workloadArrival, bool) {
-	if l.left <= 0 {
-		return workloadArrival{}, false
-	}
-	l.left--
-	return l.src.Next()
 }

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,7 +13,6 @@ import (
 	"skywalker/internal/plan"
 	"skywalker/internal/report"
 	"skywalker/internal/sim"
-	"skywalker/internal/workload"
 )
 
 func newPlanCommand() *cobra.Command {
@@ -52,7 +49,7 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 			}
 			var in plan.Input
 			var err error
-			sc := (*simScenario)(nil)
+			var sc *sim.Scenario
 			switch {
 			case scenario != "":
 				s, err := loadScenario(scenario)
@@ -64,7 +61,7 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 					return err
 				}
 				if trace != "" {
-					if in, err = demandFromTrace(in, s, trace, traceScale); err != nil {
+					if in, err = plan.FromScenarioTrace(in, s, trace, traceScale); err != nil {
 						return err
 					}
 				}
@@ -121,14 +118,13 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 					return err
 				}
 			}
-			report := planReport{Result: res, Verification: verification, Target: target}
-			report.summarize()
+			rep := plan.NewReport(res, verification, target)
 			w := cmd.OutOrStdout()
 			switch format {
 			case "json":
-				err = reportJSON(w, report)
+				err = report.JSON(w, rep)
 			case "table":
-				err = writePlanTable(w, report)
+				err = rep.WriteTable(w)
 			default:
 				return fmt.Errorf("--format must be table or json, not %q", format)
 			}
@@ -143,10 +139,10 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 				return err
 			}
 			defer f.Close()
-			if err := reportJSON(f, report); err != nil {
+			if err := report.JSON(f, rep); err != nil {
 				return err
 			}
-			_, err = planPlot(out, in, res)
+			_, err = report.PlanPlot(out, in, res)
 			return err
 		},
 	}
@@ -164,96 +160,4 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 	f.StringVar(&format, "format", "table", "output: table or json")
 	f.StringVar(&out, "out", "", "directory for plan.json and plan.svg")
 	return cmd
-}
-
-// planReport is the plan command's output.
-type planReport struct {
-	*plan.Result
-	Target       float64             `json:"slo_target,omitempty"`
-	Verification []plan.Verification `json:"verification,omitempty"`
-	// SLOAttainment at the planned placement, per policy (with --verify).
-	SLOAttainment map[string]float64 `json:"slo_attainment,omitempty"`
-	// MinReplicas per policy, and how much of the ideal savings
-	// (isolated − aggregated) skywalker realizes against local.
-	MinReplicas       map[string]int `json:"min_replicas,omitempty"`
-	RealizedSavings   float64        `json:"realized_savings,omitempty"`
-	ShareOfIdealSaved float64        `json:"share_of_ideal_realized,omitempty"`
-}
-
-func (r *planReport) summarize() {
-	if len(r.Verification) == 0 {
-		return
-	}
-	r.SLOAttainment, r.MinReplicas = map[string]float64{}, map[string]int{}
-	for _, v := range r.Verification {
-		r.SLOAttainment[v.Policy] = v.SLOAttainment
-		r.MinReplicas[v.Policy] = v.MinReplicas
-	}
-	sw, okS := r.MinReplicas["skywalker"]
-	local, okL := r.MinReplicas["local"]
-	if okS && okL && local > 0 {
-		r.RealizedSavings = 1 - float64(sw)/float64(local)
-		if ideal := r.IsolatedReplicas - r.AggregatedReplicas; ideal > 0 {
-			r.ShareOfIdealSaved = float64(local-sw) / float64(ideal)
-		}
-	}
-}
-
-func writePlanTable(w io.Writer, r planReport) error {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "capacity per replica\t%.2f requests/s\n", r.Capacity)
-	fmt.Fprintf(tw, "region-isolated (sum of regional peaks)\t%d replicas\t%v\n", r.IsolatedReplicas, r.IsolatedByRegion)
-	fmt.Fprintf(tw, "aggregated (peak of the sum)\t%d replicas\tsaves %.1f%%\n", r.AggregatedReplicas, 100*r.Savings)
-	fmt.Fprintf(tw, "planned under links and residency\t%d replicas\tsaves %.1f%%\n", r.PlannedReplicas, 100*r.PlannedSavings)
-	var parts []string
-	for _, name := range plan.SortedNames(r.Placement) {
-		parts = append(parts, fmt.Sprintf("%s %d", name, r.Placement[name]))
-	}
-	fmt.Fprintf(tw, "placement\t%s\n", strings.Join(parts, ", "))
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if len(r.Offloads) > 0 {
-		fmt.Fprintln(w, "\nhours when a region offloads (UTC hour: from -> to, requests/s):")
-		for _, o := range r.Offloads {
-			fmt.Fprintf(w, "  %02d:00  %s -> %s  %.2f\n", o.Hour, o.From, o.To, o.Demand)
-		}
-	}
-	if len(r.Verification) > 0 {
-		fmt.Fprintf(w, "\nverification (one simulated day, target %.0f%% of requests within the TTFT SLO):\n", 100*r.Target)
-		for _, v := range r.Verification {
-			fmt.Fprintf(w, "  %-10s at the plan: %.2f%%   smallest reservation meeting the target: %d replicas %v\n",
-				v.Policy, 100*v.SLOAttainment, v.MinReplicas, v.MinPlacement)
-		}
-		fmt.Fprintf(w, "  skywalker needs %.1f%% fewer replicas than local; it realizes %.0f%% of the ideal savings\n",
-			100*r.RealizedSavings, 100*r.ShareOfIdealSaved)
-	}
-	return nil
-}
-
-type simScenario = sim.Scenario
-
-func reportJSON(w io.Writer, v any) error { return report.JSON(w, v) }
-
-func planPlot(dir string, in plan.Input, res *plan.Result) (string, error) {
-	return report.PlanPlot(dir, in, res)
-}
-
-// demandFromTrace replaces the scenario's curves with a trace's pattern,
-// keeping its regions, RTTs and threshold.
-func demandFromTrace(base plan.Input, s *sim.Scenario, path string, scale float64) (plan.Input, error) {
-	recs, err := workload.LoadTrace(path, "")
-	if err != nil {
-		return plan.Input{}, err
-	}
-	var regions []plan.RegionTZ
-	for _, r := range s.Regions {
-		regions = append(regions, plan.RegionTZ{Name: r.Name, Jurisdiction: r.Jurisdiction, UTCOffset: r.UTCOffset})
-	}
-	in, err := plan.FromTrace(recs, regions, scale)
-	if err != nil {
-		return plan.Input{}, err
-	}
-	in.RTT, in.MaxWANRTT = base.RTT, base.MaxWANRTT
-	return in, nil
 }

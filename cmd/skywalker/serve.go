@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -17,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"skywalker/internal/mesh"
+	"skywalker/internal/node"
 	"skywalker/internal/proxy"
 )
 
@@ -112,122 +108,21 @@ func loadServeConfig(flags *pflag.FlagSet, file string, getenv func(string) stri
 // runServe runs one proxy with its mesh node until ctx ends, then drains
 // and leaves the mesh.
 func runServe(ctx context.Context, cfg proxy.Config, log *slog.Logger) error {
-	l, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
-	}
-	if cfg.AdvertiseURL == "" {
-		cfg.AdvertiseURL = "http://" + advertiseHost(l.Addr().String())
-	}
-	var m *mesh.Mesh
-	gossipAddr := ""
-	srv, err := proxy.New(cfg, proxy.Options{Logger: log})
+	n, err := node.Start(ctx, node.Options{Proxy: cfg, Logger: log, Version: version})
 	if err != nil {
 		return err
 	}
-	if len(cfg.Peers) > 0 || len(cfg.GossipKeys) > 0 {
-		mc := mesh.DefaultConfig(cfg.Region)
-		host, port, _ := net.SplitHostPort(cfg.GossipBind)
-		if host == "" {
-			host = "0.0.0.0"
-		}
-		mc.BindAddr = host
-		mc.BindPort, _ = strconv.Atoi(port)
-		if cfg.GossipAdvertise != "" {
-			ah, ap, _ := net.SplitHostPort(cfg.GossipAdvertise)
-			mc.AdvertiseAddr = ah
-			mc.AdvertisePort, _ = strconv.Atoi(ap)
-		}
-		mc.NodeID, mc.Jurisdiction, mc.APIAddr, mc.Version = cfg.NodeID, cfg.Jurisdiction, cfg.AdvertiseURL, version
-		mc.Keys, mc.Insecure, mc.Label, mc.Preset, mc.MaxWANRTT = cfg.GossipKeys, cfg.InsecureGossip, cfg.ClusterLabel, cfg.MeshPreset, cfg.MaxWANRTT
-		mc.Logger = log
-		if mc.NodeID == "" {
-			mc.NodeID = cfg.Region + "@" + cfg.AdvertiseURL
-		}
-		if m, err = mesh.New(mc, srv.Router()); err != nil {
-			return err
-		}
-		gossipAddr = m.Addr()
-		srv.SetPeers(m)
-		go joinPeers(ctx, m, cfg.Peers, log)
+	go n.JoinPeers(ctx, 5*time.Second)
+	gossip := ""
+	if n.Mesh != nil {
+		gossip = n.Mesh.Addr()
 	}
-	srv.SetGossipAddr(gossipAddr)
-	if err := srv.Start(ctx); err != nil {
+	log.Info("serving", "region", cfg.Region, "addr", n.Config().Listen, "url", n.URL, "gossip", gossip, "policy", cfg.Policy)
+	select {
+	case err := <-n.Served():
+		n.Kill()
 		return err
+	case <-ctx.Done():
 	}
-	log.Info("serving", "region", cfg.Region, "addr", l.Addr().String(), "gossip", gossipAddr, "policy", cfg.Policy)
-	err = srv.Serve(ctx, l)
-	if m != nil {
-		if lerr := m.Leave(5 * time.Second); lerr != nil {
-			log.Warn("leave mesh", "err", lerr)
-		}
-	}
-	return err
-}
-
-func advertiseHost(addr string) string {
-	host, port, _ := net.SplitHostPort(addr)
-	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-		if h, err := os.Hostname(); err == nil {
-			host = h
-		}
-	}
-	return net.JoinHostPort(host, port)
-}
-
-// joinPeers joins the mesh through the configured peers, retrying until
-// one answers: a peer given by URL is asked for its gossip address.
-func joinPeers(ctx context.Context, m *mesh.Mesh, peers []proxy.PeerSeed, log *slog.Logger) {
-	for {
-		var seeds []string
-		for _, p := range peers {
-			if !strings.Contains(p.Addr, "://") {
-				seeds = append(seeds, p.Addr)
-				continue
-			}
-			if addr, err := gossipAddrOf(ctx, p.Addr); err == nil {
-				seeds = append(seeds, addr)
-			} else {
-				log.Debug("peer not reachable yet", "peer", p.Region, "err", err)
-			}
-		}
-		if n, err := m.Join(seeds); err == nil && n > 0 {
-			log.Info("joined mesh", "contacted", n)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(5 * time.Second):
-		}
-	}
-}
-
-func gossipAddrOf(ctx context.Context, base string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/skywalker/gossip", nil)
-	if err != nil {
-		return "", err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	var v struct {
-		GossipAddr string `json:"gossip_addr"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || v.GossipAddr == "" {
-		return "", fmt.Errorf("%s did not report a gossip address", base)
-	}
-	return v.GossipAddr, nil
-}
-
-// cmdFlagsConfig is the default configuration with a listen address, as
-// the flags would give it.
-func cmdFlagsConfig(listen string) proxy.Config {
-	c := proxy.DefaultConfig()
-	c.Listen = listen
-	return c
+	return n.Shutdown()
 }

@@ -14,6 +14,7 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/proxy"
 )
 
 func TestServeConfigPrecedence(t *testing.T) {
@@ -105,4 +106,12 @@ func testEngine(t *testing.T, ctx context.Context) string {
 		t.Fatal(err)
 	}
 	return url
+}
+
+// cmdFlagsConfig is the default configuration with a listen address, as
+// the flags would give it.
+func cmdFlagsConfig(listen string) proxy.Config {
+	c := proxy.DefaultConfig()
+	c.Listen = listen
+	return c
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"skywalker/internal/report"
+	"skywalker/internal/results"
 	"skywalker/internal/sim"
 	"skywalker/scenarios"
 )
@@ -59,7 +60,7 @@ attainment, cache hit rate and cross-region traffic.`,
 			}
 			progress := newProgress(cmd.ErrOrStderr(), len(names)*len(scales), quiet)
 			defer progress.finish()
-			opt.Progress = func(int, int, *sim.Result) { progress.add() }
+			opt.Progress = func(int, int, *results.Result) { progress.add() }
 			var points []report.SweepPoint
 			for _, scale := range scales {
 				opt.RateScale = scale
@@ -180,7 +181,6 @@ type progress struct {
 	total int
 	w     io.Writer
 	timer *time.Timer
-	show  bool
 }
 
 func newProgress(w io.Writer, total int, quiet bool) *progress {

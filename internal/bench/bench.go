@@ -2,9 +2,9 @@
 // it replays a workload (the simulator's generators or a trace) in real
 // time, sends each request to its region's endpoint with streaming, and
 // measures what a client sees: time to first token, inter-token latency,
-// end-to-end time, cached tokens and which region served it. Results come
-// out in the simulator's Result form, so a live run and a simulated run
-// print the same table.
+// end-to-end time, cached tokens and which region served it. Samples are
+// summarised by internal/results, exactly as the simulator's are, so a live
+// run and a simulated run print the same table.
 package bench
 
 import (
@@ -16,13 +16,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"skywalker/internal/request"
-	"skywalker/internal/sim"
+	"skywalker/internal/results"
 	"skywalker/internal/workload"
 )
 
@@ -65,7 +65,7 @@ func (s Sample) OK() bool { return s.Err == nil && s.Status == 200 }
 
 // Run replays the source until it is exhausted and every request is done,
 // or ctx ends.
-func Run(ctx context.Context, cfg Config) (*sim.Result, []Sample, error) {
+func Run(ctx context.Context, cfg Config) (*results.Result, []Sample, error) {
 	if cfg.Speedup <= 0 {
 		cfg.Speedup = 1
 	}
@@ -91,14 +91,14 @@ func Run(ctx context.Context, cfg Config) (*sim.Result, []Sample, error) {
 		select {
 		case <-ctx.Done():
 			wg.Wait()
-			return summarize(cfg, samples), samples, ctx.Err()
+			return Summarize(cfg.Label, cfg.SLO, samples), samples, ctx.Err()
 		case <-time.After(time.Until(at)):
 		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
 			wg.Wait()
-			return summarize(cfg, samples), samples, ctx.Err()
+			return Summarize(cfg.Label, cfg.SLO, samples), samples, ctx.Err()
 		}
 		base := cfg.Endpoints[a.Region]
 		if base == "" {
@@ -118,7 +118,7 @@ func Run(ctx context.Context, cfg Config) (*sim.Result, []Sample, error) {
 		}()
 	}
 	wg.Wait()
-	return summarize(cfg, samples), samples, nil
+	return Summarize(cfg.Label, cfg.SLO, samples), samples, nil
 }
 
 // Prompt renders a request's prompt as text whose prefix structure matches
@@ -278,96 +278,35 @@ func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Samp
 	return s
 }
 
-// summarize turns samples into the simulator's result form.
-func summarize(cfg Config, samples []Sample) *sim.Result {
-	res := &sim.Result{Policy: cfg.Label, Requests: len(samples), Utilization: map[string]float64{}, Regions: map[string]sim.RegionStats{}}
-	var ttft, e2e []float64
-	var first, last time.Time
-	var in, out, cached int64
-	var itl float64
-	itlN, slo, cross := 0, 0, 0
-	regions := map[string]*sim.RegionStats{}
-	regionTTFT := map[string][]float64{}
-	for _, s := range samples {
-		rs := regions[s.Ingress]
-		if rs == nil {
-			rs = &sim.RegionStats{}
-			regions[s.Ingress] = rs
-		}
-		rs.Arrivals++
-		if first.IsZero() || s.Start.Before(first) {
-			first = s.Start
-		}
-		if !s.OK() {
-			res.Dropped++
-			continue
-		}
-		res.Completed++
-		if end := s.Start.Add(s.E2E); end.After(last) {
-			last = end
-		}
-		t := float64(s.TTFT) / 1e6
-		ttft = append(ttft, t)
-		e2e = append(e2e, float64(s.E2E)/1e6)
-		regionTTFT[s.Ingress] = append(regionTTFT[s.Ingress], t)
-		if s.ITL > 0 {
-			itl += float64(s.ITL) / 1e6
-			itlN++
-		}
-		in += int64(s.PromptTokens)
-		out += int64(s.OutputTokens)
-		cached += int64(s.CachedTokens)
-		if cfg.SLO <= 0 || s.TTFT <= cfg.SLO {
-			slo++
-		}
-		if s.Served != s.Ingress {
-			cross++
-			rs.ForwardedOut++
-			if r := regions[s.Served]; r != nil {
-				r.Received++
-			} else {
-				regions[s.Served] = &sim.RegionStats{Received: 1}
-			}
-		} else {
-			rs.ServedLocal++
-		}
+// Record converts a sample to the shared summary's form, with times as
+// offsets from begin.
+func (s Sample) Record(begin time.Time) results.Sample {
+	r := results.Sample{Ingress: s.Ingress, Served: s.Served, Start: s.Start.Sub(begin), TTFT: s.TTFT,
+		PromptTokens: s.PromptTokens, OutputTokens: s.OutputTokens, CachedTokens: s.CachedTokens}
+	r.End = r.Start + s.E2E
+	switch {
+	case s.Err != nil && s.Status == 0:
+		r.Dropped = "connection_error"
+	case s.Err != nil && s.Status == http.StatusOK:
+		r.Dropped = "failed_midstream"
+	case s.Status != http.StatusOK:
+		r.Dropped = "status_" + strconv.Itoa(s.Status)
 	}
-	slices.Sort(ttft)
-	slices.Sort(e2e)
-	res.TTFTP50Ms, res.TTFTP90Ms, res.TTFTP99Ms = Percentile(ttft, .5), Percentile(ttft, .9), Percentile(ttft, .99)
-	res.E2EP50Ms, res.E2EP99Ms = Percentile(e2e, .5), Percentile(e2e, .99)
-	if itlN > 0 {
-		res.TPOTMs = itl / float64(itlN)
-	}
-	if span := last.Sub(first).Seconds(); span > 0 {
-		res.Makespan = span
-		res.ThroughputTokS = float64(out) / span
-		res.PaperThroughput = float64(in+2*out) / span
-		res.GoodputRPS = float64(slo) / span
-	}
-	if res.Requests > 0 {
-		res.SLOAttainment = float64(slo) / float64(res.Requests)
-	}
-	if in > 0 {
-		res.CacheHitRate = float64(cached) / float64(in)
-	}
-	if res.Completed > 0 {
-		res.CrossRegion = float64(cross) / float64(res.Completed)
-	}
-	for name, rs := range regions {
-		tt := regionTTFT[name]
-		slices.Sort(tt)
-		rs.TTFTP50Ms, rs.TTFTP99Ms = Percentile(tt, .5), Percentile(tt, .99)
-		res.Regions[name] = *rs
-	}
-	return res
+	return r
 }
 
-// Percentile is the nearest-rank percentile of sorted values.
-func Percentile(sorted []float64, p float64) float64 {
-	if len(sorted) == 0 {
-		return 0
+// Summarize turns samples into a Result labelled label, judging TTFT
+// against slo: the same summary the simulator prints.
+func Summarize(label string, slo time.Duration, samples []Sample) *results.Result {
+	c := results.NewCollector(slo)
+	var begin time.Time
+	for _, s := range samples {
+		if begin.IsZero() || s.Start.Before(begin) {
+			begin = s.Start
+		}
 	}
-	i := int(float64(len(sorted))*p+0.999999) - 1
-	return sorted[min(max(i, 0), len(sorted)-1)]
+	for _, s := range samples {
+		c.Add(s.Record(begin))
+	}
+	return c.Result(label)
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"skywalker/internal/results"
 )
 
 // Options configure Run.
@@ -45,7 +47,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if opt.Duration > 0 {
 		day = max(4*time.Second, (opt.Duration-8*time.Second)/2)
 	}
-	fmt.Fprintf(view, "SkyWalker demo: 3 regions × 2 simulated Llama-3.1-8B A100 engines, a proxy per region, WAN %s.\n", rttList())
+	fmt.Fprintf(view, "SkyWalker demo: 3 regions × 2 simulated Llama-3.1-8B A100 engines, a proxy per region, WAN %s.\n", Topology.String())
 	fmt.Fprintf(view, "One day compressed to %v, demand phase-shifted by time zone; each region's peak is more than its own replicas serve.\n", day)
 
 	fmt.Fprintf(view, "\n[1/2] the day with forwarding off (policy local, GeoDNS-like) ...\n")
@@ -59,7 +61,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return Summary{}, err
 	}
 	baseRegions, baseOverall := Summarize(baseSamples)
-	fmt.Fprintf(view, "      %d requests, TTFT p50 %.0f ms, p99 %.0f ms\n", baseOverall.Requests, baseOverall.TTFTP50Ms, baseOverall.TTFTP99Ms)
+	fmt.Fprintf(view, "      %d requests, TTFT p50 %.0f ms, p99 %.0f ms\n", baseOverall.Arrivals, baseOverall.TTFTP50Ms, baseOverall.TTFTP99Ms)
 
 	fmt.Fprintf(view, "\n[2/2] the same day through SkyWalker (proxies on %s) ...\n", portList(opt.Ports))
 	c, err := Start(ctx, "skywalker", opt.Ports, opt.Logger)
@@ -107,8 +109,8 @@ func printSummary(w io.Writer, s Summary) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	row := func(name string, r RegionSummary, b RegionSummary) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f%%\t|\t%.0f\t%.0f\t\n", name, r.Requests, r.ServedLocal, r.ForwardedOut, r.Received,
+	row := func(name string, r, b results.RegionStats) {
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f%%\t|\t%.0f\t%.0f\t\n", name, r.Arrivals, r.ServedLocal, r.ForwardedOut, r.Received,
 			r.TTFTP50Ms, r.TTFTP99Ms, 100*r.CacheHitRate, b.TTFTP50Ms, b.TTFTP99Ms)
 	}
 	for _, n := range names {
@@ -116,15 +118,6 @@ func printSummary(w io.Writer, s Summary) {
 	}
 	row("all", s.Overall, s.LocalBaseline.Overall)
 	_ = tw.Flush()
-}
-
-func rttList() string {
-	var parts []string
-	for pair, rtt := range RTTs {
-		parts = append(parts, fmt.Sprintf("%s↔%s %v", pair[0], pair[1], rtt))
-	}
-	sort.Strings(parts)
-	return strings.Join(parts, ", ")
 }
 
 func portList(ports []int) string {

@@ -3,6 +3,7 @@ package mesh
 import (
 	"fmt"
 	"math/rand/v2"
+	"skywalker/internal/region"
 	"sync"
 	"testing"
 	"time"
@@ -24,14 +25,14 @@ func BenchmarkGossip(b *testing.B) {
 		var digests []*digest.Digest
 		rng := rand.New(rand.NewPCG(1, 1))
 		for i := range 9 {
-			region := regions[i%3]
-			n := benchNode(b, links, region, fmt.Sprintf("%s-%d", region, i))
-			d := digest.New(region, n.Name(), 1, 1_000_000, 0.01)
+			reg := regions[i%3]
+			n := benchNode(b, links, reg, fmt.Sprintf("%s-%d", reg, i))
+			d := digest.New(reg, n.Name(), 1, 1_000_000, 0.01)
 			for range 1_000_000 {
 				d.Add(rng.Uint64())
 			}
 			digests = append(digests, d)
-			n.src.set(Load{Replicas: 4, Slots: 32})
+			n.src.set(region.Load{Replicas: 4, Slots: 32})
 			n.src.setDigest(d)
 			nodes = append(nodes, n)
 			if i > 0 {
@@ -102,12 +103,12 @@ func BenchmarkGossip(b *testing.B) {
 	}
 }
 
-func benchNode(b *testing.B, links *Links, region, name string) *testNode {
-	tr, err := links.Transport(region)
+func benchNode(b *testing.B, links *Links, reg, name string) *testNode {
+	tr, err := links.Transport(reg)
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := DefaultConfig(region)
+	cfg := DefaultConfig(reg)
 	cfg.NodeID, cfg.Preset, cfg.Keys, cfg.Transport = name, "local", []string{testKey}, tr
 	src := &fakeSource{}
 	m, err := New(cfg, src)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"skywalker/internal/region"
 )
 
 // Config configures one mesh node. DefaultConfig gives the defaults.
@@ -39,14 +41,9 @@ type Config struct {
 	// "skywalker".
 	Label string
 
-	LoadInterval   time.Duration // load summaries; default 250 ms
-	DigestInterval time.Duration // digests, at most this often; default 2 s
-	ProbeInterval  time.Duration // direct RTT probes per peer region; default 1 s (local: 200 ms)
-	RTTAlpha       float64       // EWMA weight of a new RTT sample; default 0.3
-	MaxWANRTT      time.Duration // WAN gate threshold (MAX_WAN_RTT_THRESHOLD_MS); default 120 ms
-	MaxLoss        float64       // WAN gate loss bound; default 0.2
-	ReopenSamples  int           // good samples in a row that reopen a closed gate; default 5
-	MaxDataAge     time.Duration // older load data means unavailable; default 2 s
+	// Control holds the timing and the WAN gate's thresholds; default
+	// region.DefaultControlPlane(), shared with the proxy and the simulator.
+	Control region.ControlPlane
 
 	// Transport replaces memberlist's network transport (tests and the
 	// demo wrap it to emulate WAN delay); nil uses a real NetTransport.
@@ -54,11 +51,10 @@ type Config struct {
 	Logger    *slog.Logger
 }
 
-// DefaultConfig returns the defaults for a node of region.
-func DefaultConfig(region string) Config {
-	return Config{Region: region, BindAddr: "0.0.0.0", BindPort: 7946, Preset: "wan", Label: "skywalker",
-		LoadInterval: 250 * time.Millisecond, DigestInterval: 2 * time.Second, ProbeInterval: time.Second,
-		RTTAlpha: 0.3, MaxWANRTT: 120 * time.Millisecond, MaxLoss: 0.2, ReopenSamples: 5, MaxDataAge: 2 * time.Second}
+// DefaultConfig returns the defaults for a node of region name.
+func DefaultConfig(name string) Config {
+	return Config{Region: name, BindAddr: "0.0.0.0", BindPort: 7946, Preset: "wan", Label: "skywalker",
+		Control: region.DefaultControlPlane()}
 }
 
 // ParseKey decodes a base64 gossip key and checks its length.
@@ -92,8 +88,13 @@ func (c *Config) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("mesh: preset must be wan, lan or local, not %q", c.Preset))
 	}
-	if c.MaxLoss < 0 || c.MaxLoss > 1 {
+	cp := c.Control
+	if cp.MaxLoss < 0 || cp.MaxLoss > 1 {
 		errs = append(errs, errors.New("mesh: max loss must be in [0, 1]"))
+	}
+	if cp.LoadInterval <= 0 || cp.LoadCheck <= 0 || cp.DigestInterval <= 0 || cp.ProbeInterval <= 0 || cp.MaxDataAge <= 0 ||
+		cp.MaxWANRTT <= 0 || cp.RTTAlpha <= 0 || cp.RTTAlpha > 1 || cp.ReopenSamples <= 0 {
+		errs = append(errs, fmt.Errorf("mesh: control-plane intervals, thresholds and the RTT weight must be positive: %+v", cp))
 	}
 	return errors.Join(errs...)
 }

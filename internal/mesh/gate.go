@@ -3,11 +3,29 @@ package mesh
 import (
 	"fmt"
 	"time"
+
+	"skywalker/internal/region"
 )
 
-// linkState is the smoothed RTT, loss estimate and WAN gate of the link to
-// one peer region. It is pure: the mesh feeds it samples under its lock.
-type linkState struct {
+// GateParams are a WAN gate's thresholds.
+type GateParams struct {
+	Alpha   float64       // weight of a new sample in the RTT and loss averages
+	MaxRTT  time.Duration // a sample or average above this closes the gate
+	MaxLoss float64       // an average loss above this closes the gate
+	Reopen  int           // good samples in a row that reopen a closed gate
+}
+
+// GateParamsFrom takes a gate's thresholds from the control plane's.
+func GateParamsFrom(cp region.ControlPlane) GateParams {
+	return GateParams{Alpha: cp.RTTAlpha, MaxRTT: cp.MaxWANRTT, MaxLoss: cp.MaxLoss, Reopen: cp.ReopenSamples}
+}
+
+// Gate is the link to one peer region: its smoothed RTT, a loss estimate
+// and the WAN gate that closes the link to forwarding while it is too slow
+// or too lossy. It is pure (time is an argument) and not safe for
+// concurrent use. The mesh feeds it memberlist's probes; the simulator
+// feeds it simulated probes, so both route through the same gate.
+type Gate struct {
 	rtt      float64 // EWMA, nanoseconds
 	samples  int
 	loss     float64 // EWMA of probe failures, 0..1
@@ -15,64 +33,72 @@ type linkState struct {
 	reason   string
 	goodRun  int
 	lastSeen time.Time
-	changes  int // gate transitions, for metrics
+	changes  int
 }
 
-// gateParams are the gate's thresholds.
-type gateParams struct {
-	alpha   float64
-	maxRTT  time.Duration
-	maxLoss float64
-	reopen  int
-}
+// NewGate returns a closed gate with no samples.
+func NewGate() *Gate { return &Gate{reason: "no RTT samples yet"} }
 
-func newLinkState() *linkState { return &linkState{reason: "no RTT samples yet"} }
+// Open reports whether the link may carry forwarded requests.
+func (g *Gate) Open() bool { return g.open }
 
-// observe folds in one probe: ok with its rtt, or a failure. The gate
+// Reason says why the gate is as it is.
+func (g *Gate) Reason() string { return g.reason }
+
+// RTT is the smoothed round-trip time (zero before any sample).
+func (g *Gate) RTT() time.Duration { return time.Duration(g.rtt) }
+
+// Loss is the smoothed share of failed probes.
+func (g *Gate) Loss() float64 { return g.loss }
+
+// Changes counts the gate's transitions.
+func (g *Gate) Changes() int { return g.changes }
+
+// Observe folds in one probe: ok with its rtt, or a failure. The gate
 // closes at once on a breach (a sample or the smoothed RTT over the
-// threshold, or loss over its bound) and reopens only after p.reopen good
+// threshold, or loss over its bound) and reopens only after p.Reopen good
 // samples in a row.
-func (l *linkState) observe(rtt time.Duration, ok bool, now time.Time, p gateParams) {
+func (g *Gate) Observe(rtt time.Duration, ok bool, now time.Time, p GateParams) {
 	if ok {
-		if l.samples == 0 {
-			l.rtt = float64(rtt)
+		if g.samples == 0 {
+			g.rtt = float64(rtt)
 		} else {
-			l.rtt += p.alpha * (float64(rtt) - l.rtt)
+			g.rtt += p.Alpha * (float64(rtt) - g.rtt)
 		}
-		l.samples++
-		l.loss -= p.alpha * l.loss
-		l.lastSeen = now
+		g.samples++
+		g.loss -= p.Alpha * g.loss
+		g.lastSeen = now
 	} else {
-		l.loss += p.alpha * (1 - l.loss)
+		g.loss += p.Alpha * (1 - g.loss)
 	}
 	var breach string
 	switch {
-	case ok && rtt > p.maxRTT:
-		breach = fmt.Sprintf("rtt sample %v over %v", rtt.Round(time.Millisecond), p.maxRTT)
-	case l.samples > 0 && time.Duration(l.rtt) > p.maxRTT:
-		breach = fmt.Sprintf("smoothed rtt %v over %v", time.Duration(l.rtt).Round(time.Millisecond), p.maxRTT)
-	case l.loss > p.maxLoss:
-		breach = fmt.Sprintf("loss %.0f%% over %.0f%%", 100*l.loss, 100*p.maxLoss)
+	case ok && rtt > p.MaxRTT:
+		breach = fmt.Sprintf("rtt sample %v over %v", rtt.Round(time.Millisecond), p.MaxRTT)
+	case g.samples > 0 && time.Duration(g.rtt) > p.MaxRTT:
+		breach = fmt.Sprintf("smoothed rtt %v over %v", time.Duration(g.rtt).Round(time.Millisecond), p.MaxRTT)
+	case g.loss > p.MaxLoss:
+		breach = fmt.Sprintf("loss %.0f%% over %.0f%%", 100*g.loss, 100*p.MaxLoss)
 	}
 	if !ok && breach == "" {
-		l.goodRun = 0 // a lone lost probe does not close the gate, but does not count toward reopening
+		g.goodRun = 0 // a lone lost probe does not close the gate, but does not count toward reopening
 		return
 	}
 	if breach != "" {
-		l.goodRun = 0
-		if l.open {
-			l.open = false
-			l.changes++
+		g.goodRun = 0
+		if g.open {
+			g.open = false
+			g.changes++
 		}
-		l.reason = breach
+		g.reason = breach
 		return
 	}
-	l.goodRun++
-	if !l.open && l.goodRun >= p.reopen {
-		l.open = true
-		l.changes++
-		l.reason = "ok"
-	} else if !l.open {
-		l.reason = fmt.Sprintf("reopening: %d of %d good samples", l.goodRun, p.reopen)
+	g.goodRun++
+	if !g.open && g.goodRun >= p.Reopen {
+		g.open = true
+		g.changes++
+		g.reason = "ok"
+	} else if !g.open {
+		g.reason = fmt.Sprintf("reopening: %d of %d good samples", g.goodRun, p.Reopen)
 	}
 }

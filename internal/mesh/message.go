@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"skywalker/internal/policy"
+	"skywalker/internal/region"
 )
 
 // Wire formats. Every message starts with "SW", a format version and a
@@ -29,21 +29,11 @@ const (
 // ErrBadMessage is wrapped by every decode error.
 var ErrBadMessage = errors.New("bad mesh message")
 
-// Load is one node's view of its region's load, as published.
-type Load struct {
-	QueueWait   time.Duration
-	Queued      int // requests held in this node's balancer
-	Replicas    int // healthy replicas
-	Slots       int // dispatch slots over them
-	Outstanding int // queued plus in flight through this node
-	Prefill     policy.PrefillProfile
-}
-
 // loadMsg is a load summary on the wire.
 type loadMsg struct {
 	Node string
 	Seq  uint64 // increases with every summary from the node
-	Load Load
+	Load region.Load
 }
 
 // deltaMsg carries the words of a node's digest that changed between two
@@ -244,15 +234,7 @@ func decodeDelta(r *reader) (deltaMsg, error) {
 	return m, r.err
 }
 
-// meta is the node metadata memberlist carries for every member.
-type meta struct {
-	Region       string
-	Jurisdiction string
-	APIAddr      string
-	Version      string
-}
-
-func encodeMeta(m meta) []byte {
+func encodeMeta(m Meta) []byte {
 	w := writer{}
 	w.b = append(w.b, wireVersion)
 	w.str(m.Region)
@@ -262,12 +244,12 @@ func encodeMeta(m meta) []byte {
 	return w.b
 }
 
-func decodeMeta(b []byte) (meta, error) {
+func decodeMeta(b []byte) (Meta, error) {
 	r := reader{b: b}
 	if v := r.byte(); r.err == nil && v != wireVersion {
 		r.fail("unsupported meta version %d", v)
 	}
-	m := meta{Region: r.str(), Jurisdiction: r.str(), APIAddr: r.str(), Version: r.str()}
+	m := Meta{Region: r.str(), Jurisdiction: r.str(), APIAddr: r.str(), Version: r.str()}
 	if r.err == nil && r.off != len(b) {
 		r.fail("trailing bytes")
 	}

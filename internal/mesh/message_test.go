@@ -2,6 +2,7 @@ package mesh
 
 import (
 	"errors"
+	"skywalker/internal/region"
 	"testing"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 )
 
 func TestMessagesRoundTrip(t *testing.T) {
-	l := loadMsg{Node: "us-east-1", Seq: 42, Load: Load{QueueWait: 750 * time.Millisecond, Queued: 30, Replicas: 4, Slots: 32,
+	l := loadMsg{Node: "us-east-1", Seq: 42, Load: region.Load{QueueWait: 750 * time.Millisecond, Queued: 30, Replicas: 4, Slots: 32,
 		Outstanding: 62, Prefill: policy.PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 20 * time.Microsecond, PerTokenSquared: 0.5}}}
 	typ, r, err := decodeHeader(encodeLoad(l))
 	if err != nil || typ != msgLoad {
@@ -25,7 +26,7 @@ func TestMessagesRoundTrip(t *testing.T) {
 	if err != nil || typ != msgDelta || len(gotD.Indexes) != 3 || gotD.Indexes[2] != 900 || gotD.Words[2] != 1<<63 {
 		t.Errorf("delta round trip: %+v, %v", gotD, err)
 	}
-	m := meta{Region: "eu-west", Jurisdiction: "eu", APIAddr: "http://10.0.0.1:9000", Version: "dev"}
+	m := Meta{Region: "eu-west", Jurisdiction: "eu", APIAddr: "http://10.0.0.1:9000", Version: "dev"}
 	if gotM, err := decodeMeta(encodeMeta(m)); err != nil || gotM != m {
 		t.Errorf("meta round trip: %+v, %v", gotM, err)
 	}
@@ -64,10 +65,10 @@ func TestDecodeRejectsBadMessages(t *testing.T) {
 
 // FuzzDecode proves no peer message makes a node panic.
 func FuzzDecode(f *testing.F) {
-	f.Add(encodeLoad(loadMsg{Node: "n", Seq: 9, Load: Load{Queued: 3}}))
+	f.Add(encodeLoad(loadMsg{Node: "n", Seq: 9, Load: region.Load{Queued: 3}}))
 	f.Add(encodeDelta(deltaMsg{Node: "n", Base: 1, Gen: 2, Indexes: []uint32{0, 3}, Words: []uint64{1, 2}}))
 	f.Add(encodeDigest("n", []byte("SWDG")))
-	f.Add(encodeMeta(meta{Region: "r"}))
+	f.Add(encodeMeta(Meta{Region: "r"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = decodeMeta(b)
 		typ, r, err := decodeHeader(b)
@@ -81,7 +82,8 @@ func FuzzDecode(f *testing.F) {
 			_, _ = decodeDelta(r)
 		}
 		// The full path, as NotifyMsg runs it, on a node with no peers.
-		m := &Mesh{nodes: map[string]*nodeState{"n": {name: "n", meta: meta{Region: "r"}}}, log: discard}
+		m := &Mesh{table: NewTable("x", region.DefaultControlPlane()), log: discard}
+		m.table.Join("n", Meta{Region: "r"})
 		m.handle(b)
 	})
 }

@@ -147,7 +147,7 @@ func Solve(in Input) (*Result, error) {
 	}
 
 	// Stage 1: the least total reservation that serves every hour.
-	minTotal, x, _, err := solveLP(in, -1)
+	minTotal, _, _, err := solveLP(in, -1)
 	if err != nil {
 		return nil, fmt.Errorf("plan: minimum reservation: %w", err)
 	}

@@ -84,17 +84,6 @@ func pickByPrefix(rs []Replica, margin int, onlyRoom bool) (int, Reason) {
 	return best, ReasonLeastLoad
 }
 
-// bestPrefix returns the longest prefix any healthy replica holds.
-func bestPrefix(rs []Replica) int {
-	n := 0
-	for i := range rs {
-		if rs[i].Healthy {
-			n = max(n, rs[i].PrefixBlocks)
-		}
-	}
-	return n
-}
-
 // serveLocally is the decision for a request that must stay in the region
 // (forwarded in, or a policy that never forwards): the pick of pickByPrefix
 // among replicas with room, or Hold; Reject if residency forbids the region.

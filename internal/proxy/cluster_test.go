@@ -1,40 +1,18 @@
-package proxy
+package proxy_test
 
 import (
-	"context"
-	"encoding/base64"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"skywalker/internal/engine"
-	"skywalker/internal/engine/server"
-	"skywalker/internal/mesh"
+	"skywalker/internal/node"
+	"skywalker/internal/node/nodetest"
+	"skywalker/internal/proxy"
 )
-
-var clusterKey = base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
-
-// testRegion is one region of a test cluster: engines, a proxy, a mesh node.
-type testRegion struct {
-	name    string
-	url     string // the proxy's base URL
-	engines []*httptest.Server
-	proxy   *Server
-	mesh    *mesh.Mesh
-	cancel  context.CancelFunc
-}
-
-type testCluster struct {
-	links   *mesh.Links
-	regions map[string]*testRegion
-}
 
 type clusterOpts struct {
 	policy      string
@@ -43,120 +21,46 @@ type clusterOpts struct {
 	maxQueue    int
 	maxWait     time.Duration
 	timeScale   float64
-	profile     string
 }
 
 // startCluster runs three regions (us-east, eu-west, ap-east) on loopback:
-// simulated engines, proxies and a mesh with emulated WAN delays on both
-// the gossip links and the proxies' forwarding.
-func startCluster(t *testing.T, o clusterOpts) *testCluster {
+// simulated A100 engines, proxies and a mesh with emulated WAN delays on
+// both the gossip links and the proxies' forwarding, and waits until it
+// has converged.
+func startCluster(t *testing.T, o clusterOpts) *node.Cluster {
 	t.Helper()
-	if o.policy == "" {
-		o.policy = "skywalker"
-	}
-	if o.engines == 0 {
-		o.engines = 2
-	}
-	if o.maxInFlight == 0 {
-		o.maxInFlight = 64
-	}
 	if o.timeScale == 0 {
 		o.timeScale = 20
 	}
-	if o.profile == "" {
-		o.profile = "llama3-8b-a100"
-	}
-	links := mesh.NewLinks()
-	links.SetRTT("us-east", "eu-west", 72*time.Millisecond)
-	links.SetRTT("us-east", "ap-east", 160*time.Millisecond)
-	links.SetRTT("eu-west", "ap-east", 180*time.Millisecond)
-	c := &testCluster{links: links, regions: map[string]*testRegion{}}
-	var seed string
-	for _, spec := range []struct{ name, jur string }{{"us-east", "us"}, {"eu-west", "eu"}, {"ap-east", "ap"}} {
-		reg := &testRegion{name: spec.name}
-		var pool []string
-		for range o.engines {
-			p, _ := engine.LookupProfile(o.profile)
-			es, err := server.New(server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: o.timeScale})
-			if err != nil {
-				t.Fatal(err)
+	return nodetest.Start(t, nodetest.Options{EnginesPerRegion: o.engines, Engine: nodetest.EngineConfig(o.timeScale),
+		Proxy: func(cfg *proxy.Config) {
+			if o.policy != "" {
+				cfg.Policy = o.policy
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			go es.Run(ctx)
-			hs := httptest.NewServer(es.Handler())
-			t.Cleanup(func() { hs.Close(); cancel() })
-			reg.engines = append(reg.engines, hs)
-			pool = append(pool, hs.URL)
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg.url = "http://" + l.Addr().String()
-		cfg := DefaultConfig()
-		cfg.Region, cfg.Jurisdiction, cfg.WorkerPool, cfg.Listen = spec.name, spec.jur, pool, l.Addr().String()
-		cfg.GossipKeys, cfg.MeshPreset, cfg.Policy, cfg.Profile = []string{clusterKey}, "local", o.policy, o.profile
-		cfg.MaxWANRTT, cfg.ScrapeInterval, cfg.MaxInFlight = 200*time.Millisecond, 50*time.Millisecond, o.maxInFlight
-		if o.maxQueue > 0 {
-			cfg.MaxQueue = o.maxQueue
-		}
-		if o.maxWait > 0 {
-			cfg.MaxWait = o.maxWait
-		}
-		name := spec.name
-		srv, err := New(cfg, Options{PeerDelay: func(peer string) time.Duration { return links.RTT(name, peer) / 2 }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr, err := links.Transport(spec.name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mc := mesh.DefaultConfig(spec.name)
-		mc.NodeID, mc.Jurisdiction, mc.APIAddr, mc.Preset, mc.Keys, mc.Transport = spec.name+"-0", spec.jur, reg.url, "local", cfg.GossipKeys, tr
-		mc.MaxWANRTT, mc.ProbeInterval, mc.LoadInterval, mc.DigestInterval, mc.ReopenSamples = cfg.MaxWANRTT, 100*time.Millisecond, 100*time.Millisecond, 300*time.Millisecond, 3
-		m, err := mesh.New(mc, srv.Router())
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv.SetPeers(m)
-		ctx, cancel := context.WithCancel(context.Background())
-		if err := srv.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = srv.Serve(ctx, l) }()
-		reg.proxy, reg.mesh, reg.cancel = srv, m, cancel
-		t.Cleanup(func() { cancel(); _ = m.Shutdown() })
-		if seed == "" {
-			seed = m.Addr()
-		} else if _, err := m.Join([]string{seed}); err != nil {
-			t.Fatal(err)
-		}
-		c.regions[spec.name] = reg
-	}
-	// Ready when every region sees both peers healthy and every gate it
-	// should have open is open.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok := true
-		for _, reg := range c.regions {
-			peers := reg.mesh.Peers()
-			healthy := 0
-			for _, p := range peers {
-				if p.Healthy && p.GateOpen {
-					healthy++
-				}
+			if o.maxInFlight > 0 {
+				cfg.MaxInFlight = o.maxInFlight
 			}
-			ok = ok && len(peers) == 2 && healthy == 2 && reg.proxy.router.healthyReplicas() == o.engines
+			if o.maxQueue > 0 {
+				cfg.MaxQueue = o.maxQueue
+			}
+			if o.maxWait > 0 {
+				cfg.MaxWait = o.maxWait
+			}
+			cfg.Profile = "llama3-8b-a100"
+		}})
+}
+
+// gateOpen waits until region from routes with the gate to peer open.
+func gateOpen(t *testing.T, c *node.Cluster, from, peer string) {
+	t.Helper()
+	nodetest.Eventually(t, nodetest.Converge, from+"'s gate to "+peer+" opens", func() (bool, string) {
+		for _, p := range c.Region(from).Proxy.Peers() {
+			if p.Region == peer {
+				return p.GateOpen, fmt.Sprintf("gate %s (rtt %v)", p.Gate, p.RTT)
+			}
 		}
-		if ok {
-			return c
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("cluster did not converge")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, peer + " not in the router's peers yet"
+	})
 }
 
 // result is what a client saw of one request.
@@ -232,5 +136,3 @@ func burst(t *testing.T, base string, n, promptWords int) []result {
 	wg.Wait()
 	return results
 }
-
-func asErr[T error](err error, target *T) bool { return errors.As(err, target) }

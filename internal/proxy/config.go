@@ -13,8 +13,10 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"skywalker/internal/balancer"
 	"skywalker/internal/engine"
 	"skywalker/internal/policy"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
 
@@ -68,10 +70,37 @@ type PeerSeed struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: 120 * time.Millisecond, ClusterLabel: "skywalker",
-		MeshPreset: "wan", Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: 64, MaxQueue: 4096,
-		MaxWait: 30 * time.Second, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: 2, ScrapeInterval: 100 * time.Millisecond,
-		ResolveInterval: 10 * time.Second, EjectAfter: 3, DrainTimeout: 30 * time.Second}
+	cp := region.DefaultControlPlane()
+	bal := balancer.DefaultConfig()
+	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: cp.MaxWANRTT, ClusterLabel: "skywalker",
+		MeshPreset: "wan", Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
+		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
+		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
+		DrainTimeout: 30 * time.Second}
+}
+
+// RegionConfig is the region core's configuration (the profile must be
+// valid: Validate checks it).
+func (c *Config) RegionConfig() region.Config {
+	prof, _ := engine.LookupProfile(c.Profile)
+	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight,
+		Prefill: prof.Prefill(), EjectAfter: c.EjectAfter, Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait}}
+}
+
+// ControlPlane is the control plane's timing for this proxy: the shared
+// defaults with this proxy's scrape interval and WAN threshold.
+func (c *Config) ControlPlane() region.ControlPlane {
+	cp := region.DefaultControlPlane()
+	cp.ScrapeInterval, cp.MaxWANRTT = c.ScrapeInterval, c.MaxWANRTT
+	return cp
+}
+
+// PolicyConfig is every policy's configuration with this proxy's WAN
+// threshold.
+func (c *Config) PolicyConfig() policy.Config {
+	pc := policy.DefaultConfig()
+	pc.Skywalker.MaxWANRTT = c.MaxWANRTT
+	return pc
 }
 
 const maxConfigBytes = 1 << 20

@@ -1,7 +1,11 @@
-package proxy
+package proxy_test
 
 import (
+	"fmt"
+
 	"encoding/json"
+	"skywalker/internal/node/nodetest"
+	"skywalker/internal/proxy"
 	"strings"
 	"testing"
 	"time"
@@ -9,14 +13,14 @@ import (
 
 func TestServesLocallyAndStreams(t *testing.T) {
 	c := startCluster(t, clusterOpts{})
-	r := call(t, c.regions["us-east"].url, chat("hello there", 8, true, `,"stream_options":{"include_usage":true}`), nil)
+	r := call(t, c.Region("us-east").URL, chat("hello there", 8, true, `,"stream_options":{"include_usage":true}`), nil)
 	if r.status != 200 || r.region != "us-east" || r.replica == "" || r.reason == "" {
 		t.Fatalf("got %+v", r)
 	}
 	if r.contentType != "text/event-stream" || !strings.HasSuffix(strings.TrimSpace(r.body), "data: [DONE]") {
 		t.Errorf("stream not passed through: %q", r.body)
 	}
-	nr := call(t, c.regions["eu-west"].url, chat("hello there", 4, false, ""), nil)
+	nr := call(t, c.Region("eu-west").URL, chat("hello there", 4, false, ""), nil)
 	var body struct {
 		Usage struct {
 			CompletionTokens int `json:"completion_tokens"`
@@ -37,13 +41,13 @@ func TestResidencyNeverLeavesItsJurisdiction(t *testing.T) {
 			{chat("my data stays in the EU", 4, true, `,"metadata":{"data_residency":"eu"}`), nil},
 			{chat("my data stays in the EU", 4, true, ""), map[string]string{"X-Data-Residency": "eu"}},
 		} {
-			r := call(t, c.regions[ingress].url, how.body, how.header)
+			r := call(t, c.Region(ingress).URL, how.body, how.header)
 			if r.status != 200 || r.region != "eu-west" {
 				t.Errorf("from %s: status %d served in %q, want eu-west", ingress, r.status, r.region)
 			}
 		}
 	}
-	r := call(t, c.regions["us-east"].url, chat("nowhere", 4, false, `,"metadata":{"data_residency":"cn"}`), nil)
+	r := call(t, c.Region("us-east").URL, chat("nowhere", 4, false, `,"metadata":{"data_residency":"cn"}`), nil)
 	if r.status != 503 {
 		t.Errorf("a jurisdiction no region has: status %d, want 503", r.status)
 	}
@@ -56,7 +60,7 @@ func TestALongPrefixSticksToItsReplica(t *testing.T) {
 	for i := range 6 {
 		body := `{"model":"m","messages":[{"role":"system","content":"` + system + `"},{"role":"user","content":"question ` +
 			string(rune('a'+i)) + `"}],"max_tokens":4,"stream":true,"stream_options":{"include_usage":true}}`
-		r := call(t, c.regions["eu-west"].url, body, nil)
+		r := call(t, c.Region("eu-west").URL, body, nil)
 		if r.status != 200 {
 			t.Fatalf("status %d: %s", r.status, r.body)
 		}
@@ -75,7 +79,7 @@ func TestALongPrefixSticksToItsReplica(t *testing.T) {
 
 func TestBadInputsGetTheirStatus(t *testing.T) {
 	c := startCluster(t, clusterOpts{maxQueue: 1, maxInFlight: 1, maxWait: 300 * time.Millisecond})
-	us := c.regions["us-east"]
+	us := c.Region("us-east")
 	tests := []struct {
 		name   string
 		body   string
@@ -87,12 +91,12 @@ func TestBadInputsGetTheirStatus(t *testing.T) {
 		{"missing messages", `{"model":"m"}`, nil, 400, "invalid_request"},
 		{"unknown model", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, nil, 404, "model_not_found"},
 		{"body over the limit", `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 17<<20) + `"}]}`, nil, 413, "body_too_large"},
-		{"forged forwarding marker", chat("hi", 2, false, ""), map[string]string{ForwardHeader: "us-east;x;1;00"}, 403, "forbidden"},
+		{"forged forwarding marker", chat("hi", 2, false, ""), map[string]string{proxy.ForwardHeader: "us-east;x;1;00"}, 403, "forbidden"},
 		{"contradicting residency", chat("hi", 2, false, `,"metadata":{"data_residency":"eu"}`), map[string]string{"X-Data-Residency": "us"}, 400, "invalid_request"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := call(t, us.url, tc.body, tc.header)
+			r := call(t, us.URL, tc.body, tc.header)
 			var e struct {
 				Error struct{ Code, Message string }
 			}
@@ -109,19 +113,21 @@ func TestBadInputsGetTheirStatus(t *testing.T) {
 // eu-west must hold it and time out rather than pass it on.
 func TestAForwardedRequestIsNeverForwardedAgain(t *testing.T) {
 	c := startCluster(t, clusterOpts{maxWait: 500 * time.Millisecond})
-	eu := c.regions["eu-west"]
-	for _, e := range eu.engines {
-		e.CloseClientConnections()
-		e.Listener.Close()
+	eu := c.Region("eu-west")
+	for _, e := range eu.Engines {
+		e.Kill()
 	}
-	waitUntil(t, 10*time.Second, "eu-west ejects its replicas", func() bool { return eu.proxy.router.healthyReplicas() == 0 })
-	marker := eu.proxy.keys.sign("us-east", "already-forwarded", time.Now())
-	r := call(t, eu.url, chat("forwarded once", 2, false, ""), map[string]string{ForwardHeader: marker})
+	nodetest.Eventually(t, 30*time.Second, "eu-west ejects its replicas", func() (bool, string) {
+		n := eu.Proxy.HealthyReplicas()
+		return n == 0, fmt.Sprintf("%d replicas in service", n)
+	})
+	marker := proxy.SignMarker(eu.Proxy, "us-east", "already-forwarded")
+	r := call(t, eu.URL, chat("forwarded once", 2, false, ""), map[string]string{proxy.ForwardHeader: marker})
 	if r.status != 503 {
 		t.Errorf("status %d served by %q: a forwarded request must be served here or fail, never forwarded again", r.status, r.region)
 	}
 	// Without the marker, eu-west may send the same request to a peer.
-	r = call(t, eu.url, chat("not forwarded yet", 2, false, ""), nil)
+	r = call(t, eu.URL, chat("not forwarded yet", 2, false, ""), nil)
 	if r.status != 200 || r.region == "eu-west" {
 		t.Errorf("status %d region %q: an unmarked request should go to a healthy peer", r.status, r.region)
 	}

@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -47,6 +46,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			return
 		}
 		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
+		req.Deadline = arrival.Add(s.cfg.MaxWait) // retries do not extend it
 		if marker := r.Header.Get(ForwardHeader); marker != "" {
 			origin, id, err := s.keys.verify(marker, arrival)
 			if err != nil {
@@ -64,63 +64,50 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			s.reject(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model", Message: "the model " + strconv.Quote(req.Model) + " is not served here"}, "not_found")
 			return
 		}
-		s.route(w, r, req, body)
+		s.serve(w, r, req, body)
 	}
 }
 
 // bodyPool recycles request body buffers (up to 1 MiB each).
 var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
-// route runs the routing loop for one parsed request.
-func (s *Server) route(w http.ResponseWriter, r *http.Request, req *request.Request, body []byte) {
-	for attempt := 0; ; attempt++ {
-		o, err := s.router.Route(r.Context(), req)
-		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				s.metrics.requests.WithLabelValues(req.Region, s.cfg.Region, "client_gone").Inc()
-				return
-			}
-			s.reject(w, err, "rejected")
-			return
+// serve relays one parsed request through the ReverseProxy and accounts
+// for how it ended.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request.Request, body []byte) {
+	x := &exchange{s: s, req: req, body: body, in: r}
+	defer func() {
+		for _, b := range x.pending {
+			b.wait() // the transport is done with the pooled body buffer
 		}
-		s.metrics.queueWait.Observe(o.Waited.Seconds())
-		out := &relayResult{}
-		var started bool
-		served := o.Decision.Region
-		if o.replica != nil {
-			if req.PromptTokens > 0 {
-				s.metrics.match.Observe(float64(req.CachedTokens(o.prefixBlocks)) / float64(req.PromptTokens))
-			}
-			started, err = s.toReplica(w, r, req, body, o, out)
-		} else {
-			started, err = s.toPeer(w, r, req, body, o, out)
+		s.account(x)
+	}()
+	s.relay.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+}
+
+// account records how an exchange ended, once: ok, failed mid-stream,
+// rejected before any byte (relayError counted it), or the client left.
+func (s *Server) account(x *exchange) {
+	if x.target.replica != nil || x.target.Peer != nil {
+		x.endAttempt(Released) // the response never reached its body
+	}
+	if !x.firstByte.IsZero() {
+		s.metrics.ttft.Observe(x.firstByte.Sub(x.req.Arrival).Seconds())
+	}
+	req := x.req
+	served := x.servedBy
+	switch {
+	case x.rejected != nil:
+		s.metrics.requests.WithLabelValues(req.Region, "", "rejected").Inc()
+	case x.broken != nil:
+		s.metrics.requests.WithLabelValues(req.Region, served, "failed_midstream").Inc()
+		s.log.Warn("stream failed midway", "id", req.ID, "served", served, "err", x.broken)
+	case x.complete:
+		s.metrics.requests.WithLabelValues(req.Region, served, "ok").Inc()
+		if !req.Forwarded {
+			s.demand.add(req.Arrival, req.PromptTokens, x.counter.outputTokens())
 		}
-		if !out.firstByte.IsZero() {
-			s.metrics.ttft.Observe(out.firstByte.Sub(req.Arrival).Seconds())
-		}
-		switch {
-		case err == nil:
-			s.metrics.requests.WithLabelValues(req.Region, served, "ok").Inc()
-			if !req.Forwarded {
-				s.demand.add(req.Arrival, req.PromptTokens, out.outputTokens())
-			}
-			return
-		case started:
-			s.metrics.requests.WithLabelValues(req.Region, served, "failed_midstream").Inc()
-			s.log.Warn("stream failed midway", "id", req.ID, "served", served, "err", err)
-			return
-		case r.Context().Err() != nil:
-			s.metrics.requests.WithLabelValues(req.Region, served, "client_gone").Inc()
-			return
-		case attempt >= s.cfg.Retries:
-			s.reject(w, &apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request: " + err.Error(),
-				RetryAfter: time.Second}, "upstream_error")
-			return
-		}
-		s.log.Info("retrying elsewhere", "id", req.ID, "attempt", attempt+1, "err", err)
-		if o.peer != nil {
-			req.Forwarded = true // the peer failed: serve it here
-		}
+	default:
+		s.metrics.requests.WithLabelValues(req.Region, served, "client_gone").Inc()
 	}
 }
 
@@ -183,13 +170,13 @@ func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 		Peers     []peerView    `json:"peers"`
 		Queue     any           `json:"queue"`
 		Decisions []Decision    `json:"recent_decisions"`
-	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: r.bal.Policy().Name(), Queue: r.bal.Held(time.Now())}
+	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: r.core.Policy().Name(), Queue: r.core.Held(r.now())}
 	for _, rp := range r.replicas {
-		out.Replicas = append(out.Replicas, replicaView{Name: rp.name, URL: rp.url.String(), Healthy: rp.healthy, InFlight: rp.inflight,
-			Waiting: rp.metrics.Waiting, Running: rp.metrics.Running, KVUsage: rp.metrics.KVUsage, Metrics: rp.metrics.Known,
-			Blocks: r.index.TargetLen(rp.target)})
+		h, m := rp.handle, rp.handle.Metrics()
+		out.Replicas = append(out.Replicas, replicaView{Name: h.Name(), URL: rp.url.String(), Healthy: h.Healthy(), InFlight: h.InFlight(),
+			Waiting: m.Waiting, Running: m.Running, KVUsage: m.KVUsage, Metrics: m.Known, Blocks: r.core.IndexedBlocks(h)})
 	}
-	for _, p := range r.peers {
+	for _, p := range r.core.Peers() {
 		out.Peers = append(out.Peers, peerView{Region: p.Region, Healthy: p.Healthy, Nodes: p.Nodes, RTTMs: float64(p.RTT) / 1e6,
 			Loss: p.Loss, GateOpen: p.GateOpen, Gate: p.Gate, AgeMs: float64(p.DataAge) / 1e6, Queued: p.Load.Queued, Replicas: p.Load.Replicas})
 	}

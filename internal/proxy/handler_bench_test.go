@@ -31,7 +31,7 @@ func BenchmarkHandler400KB(b *testing.B) {
 		b.Fatal(err)
 	}
 	urls, _ := initialReplicas(context.Background(), cfg)
-	srv.router.setReplicas(urls)
+	_ = srv.router.SetReplicas(urls)
 	body := chatBodyOfSize(400 << 10)
 	h := srv.Handler()
 	b.SetBytes(int64(len(body)))

@@ -67,12 +67,12 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	d := c.descs()
 	r := c.r
 	r.mu.Lock()
-	ch <- prometheus.MustNewConstMetric(d[0], prometheus.GaugeValue, float64(r.bal.Len()))
-	for _, rp := range r.replicas {
-		ch <- prometheus.MustNewConstMetric(d[1], prometheus.GaugeValue, b2f(rp.healthy), rp.name)
-		ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(rp.inflight), rp.name)
+	ch <- prometheus.MustNewConstMetric(d[0], prometheus.GaugeValue, float64(r.core.Queued()))
+	for _, h := range r.core.Replicas() {
+		ch <- prometheus.MustNewConstMetric(d[1], prometheus.GaugeValue, b2f(h.Healthy()), h.Name())
+		ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(h.InFlight()), h.Name())
 	}
-	peers := r.peers
+	peers := r.core.Peers()
 	r.mu.Unlock()
 	for _, p := range peers {
 		ch <- prometheus.MustNewConstMetric(d[3], prometheus.GaugeValue, p.RTT.Seconds(), p.Region)

@@ -1,7 +1,8 @@
-package proxy
+package proxy_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ import (
 func TestOpenAIClientThroughTheMesh(t *testing.T) {
 	c := startCluster(t, clusterOpts{})
 	ctx := context.Background()
-	client := openai.NewClient(option.WithBaseURL(c.regions["us-east"].url+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	client := openai.NewClient(option.WithBaseURL(c.Region("us-east").URL+"/v1"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 	params := openai.ChatCompletionNewParams{Model: "m", MaxTokens: openai.Int(6),
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Which region answers this?")}}
 
@@ -51,7 +52,7 @@ func TestOpenAIClientThroughTheMesh(t *testing.T) {
 	_, err = client.Chat.Completions.New(ctx, openai.ChatCompletionNewParams{Model: "not-served",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hi")}})
 	var apiErr *openai.Error
-	if !asErr(err, &apiErr) || apiErr.StatusCode != 404 {
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
 		t.Errorf("unknown model: %v, want a 404 the client understands", err)
 	}
 }

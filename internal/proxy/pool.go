@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -12,34 +13,39 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"skywalker/internal/region"
 )
 
 // poolLoops keeps the replica pool current: metrics every ScrapeInterval,
-// health checks (which re-admit ejected replicas) every ten scrapes,
+// health checks (which re-admit ejected replicas) every HealthInterval,
 // models every few seconds, and DNS re-resolution for a DNS-named pool.
 type poolLoops struct {
 	r      *Router
 	client *http.Client
 	cfg    Config
+	cp     region.ControlPlane
+	log    *slog.Logger
 }
 
 func (p *poolLoops) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Add(3)
-	go func() { defer wg.Done(); p.every(ctx, p.cfg.ScrapeInterval, p.scrapeAll) }()
-	go func() { defer wg.Done(); p.every(ctx, 10*p.cfg.ScrapeInterval, p.healthAll) }()
-	go func() { defer wg.Done(); p.every(ctx, 5*time.Second, p.modelsAll) }()
+	go func() { defer wg.Done(); every(ctx, p.cp.ScrapeInterval, p.scrapeAll) }()
+	go func() { defer wg.Done(); every(ctx, p.cp.HealthInterval, p.healthAll) }()
+	go func() { defer wg.Done(); every(ctx, 5*time.Second, p.modelsAll) }()
 	if dns := p.dnsName(); dns != "" {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.every(ctx, p.cfg.ResolveInterval, func(ctx context.Context) { p.resolve(ctx, dns) })
+			every(ctx, p.cfg.ResolveInterval, func(ctx context.Context) { p.resolve(ctx, dns) })
 		}()
 	}
 	wg.Wait()
 }
 
-func (p *poolLoops) every(ctx context.Context, d time.Duration, fn func(context.Context)) {
+// every runs fn now and then every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func(context.Context)) {
 	fn(ctx)
 	t := time.NewTicker(d)
 	defer t.Stop()
@@ -101,7 +107,9 @@ func (p *poolLoops) resolve(ctx context.Context, name string) {
 	if err != nil || len(urls) == 0 {
 		return // keep the last known pool
 	}
-	p.r.setReplicas(urls)
+	if err := p.r.SetReplicas(urls); err != nil {
+		p.log.Warn("replica pool", "err", err)
+	}
 }
 
 func (p *poolLoops) snapshot() []*replica {
@@ -143,27 +151,20 @@ func (p *poolLoops) scrapeAll(ctx context.Context) {
 		go func() {
 			defer wg.Done()
 			resp, err := p.get(ctx, rp, "/metrics", time.Second)
-			var m engineMetrics
-			if err == nil {
-				if resp.StatusCode == http.StatusOK {
-					m, _ = parseEngineMetrics(resp.Body)
-				}
-				resp.Body.Close()
+			if err != nil {
+				p.r.ObserveScrape(rp.name(), 0, nil)
+				return
 			}
-			p.r.mu.Lock()
-			rp.metrics = m
-			if m.KVBlocks > 0 && m.BlockSize > 0 {
-				p.r.index.SetCapacity(rp.target, m.KVBlocks*m.BlockSize)
-			}
-			p.r.mu.Unlock()
+			p.r.ObserveScrape(rp.name(), resp.StatusCode, resp.Body)
+			resp.Body.Close()
 		}()
 	}
 	wg.Wait()
-	p.r.pump()
+	p.r.Pump()
 }
 
-// healthAll probes /health. A healthy replica that fails EjectAfter checks
-// in a row is ejected; an ejected one is re-admitted after two passes.
+// healthAll probes /health; the region core's rule ejects a replica that
+// fails EjectAfter checks in a row and re-admits one that passes twice.
 func (p *poolLoops) healthAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, rp := range p.snapshot() {
@@ -175,22 +176,7 @@ func (p *poolLoops) healthAll(ctx context.Context) {
 			if err == nil {
 				resp.Body.Close()
 			}
-			p.r.mu.Lock()
-			defer p.r.mu.Unlock()
-			switch {
-			case ok && !rp.healthy:
-				if rp.passes++; rp.passes >= 2 {
-					rp.healthy, rp.failures = true, 0
-				}
-			case ok:
-				rp.failures = 0
-			default:
-				rp.passes = 0
-				if rp.failures++; rp.failures >= p.cfg.EjectAfter && rp.healthy {
-					rp.healthy = false
-					p.r.index.Forget(rp.target)
-				}
-			}
+			p.r.ObserveHealth(rp.name(), ok)
 		}()
 	}
 	wg.Wait()
@@ -244,17 +230,4 @@ func (r *Router) models() ([]string, bool) {
 	}
 	slices.Sort(out)
 	return out, known
-}
-
-// healthyReplicas counts replicas in service.
-func (r *Router) healthyReplicas() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, rp := range r.replicas {
-		if rp.healthy {
-			n++
-		}
-	}
-	return n
 }

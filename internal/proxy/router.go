@@ -2,66 +2,52 @@ package proxy
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
-	"skywalker/internal/balancer"
 	"skywalker/internal/digest"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
-	"skywalker/internal/prefix"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
 
 // PeerSource is the mesh as the router reads it; *mesh.Mesh is one.
 type PeerSource interface {
 	// Peers returns a consistent snapshot without blocking on the network.
-	Peers() []mesh.Peer
+	Peers() []region.Peer
 }
 
-// replica is one local inference server. Fields are guarded by Router.mu.
+// replica is the HTTP side of one local inference server: where it is and
+// which models it serves. Its routing state is its region.Replica.
 type replica struct {
-	name     string
-	url      *url.URL
-	target   prefix.Target
-	healthy  bool
-	failures int // consecutive request or health-check failures
-	passes   int // consecutive passed health checks while ejected
-	inflight int
-	metrics  engineMetrics
-	models   []string
+	handle *region.Replica
+	url    *url.URL
+	models []string // nil until /v1/models answered
 }
 
-// Router is where a request is routed: it owns the region's balancer, its
-// replicas' state and prefix index, and builds the policy's view from them
-// and the mesh. Every method is safe for concurrent use; one mutex guards
-// everything the decision core reads, so each decision sees a consistent
-// view, and the lock is held only for in-memory work.
+func (rp *replica) name() string { return rp.handle.Name() }
+
+// Router is where a request is routed: one mutex around the region core
+// (internal/region), which owns the balancer, the replicas' state, the
+// prefix index and the peers' snapshot and builds every policy view. The
+// router adds only what HTTP needs: replicas' URLs, waiting handlers, and
+// a ring of recent decisions. Every method is safe for concurrent use, and
+// the lock is held only for in-memory work.
 type Router struct {
 	mu       sync.Mutex
 	cfg      Config
-	bal      *balancer.Balancer
-	index    *prefix.Index
-	replicas []*replica
-	service  *policy.EWMA
-	prefill  policy.PrefillProfile
+	core     *region.Region
+	replicas []*replica // in the core's order
 	mesh     PeerSource
-	peers    []mesh.Peer // snapshot, refreshed by the pump loop
-	view     policy.View
-	peerAt   []int // view.Peers[i] is peers[peerAt[i]]
-	matched  []int
 	waiters  map[*request.Request]chan routed
+	now      func() time.Time
 
-	// forwarding counts this proxy's requests in flight at each peer
-	// region. A peer's summary is always a little old; adding what we sent
-	// since keeps a burst from herding onto the one peer that looked idle.
-	forwarding map[string]int
-
-	indexDirty bool
-	digest     *digest.Digest
-	digestGen  uint64
 	recent     []Decision // ring of recent decisions, for /debug/skywalker
 	recentNext int
 }
@@ -78,68 +64,74 @@ type Decision struct {
 	Error  string    `json:"error,omitempty"`
 }
 
-// newRouter returns a router over the given replica URLs.
-func newRouter(cfg Config, pol policy.Policy, prefill policy.PrefillProfile, peers PeerSource) *Router {
-	r := &Router{cfg: cfg, index: prefix.New(request.DefaultBlockBytes / request.BytesPerToken), service: policy.NewEWMA(0.05),
-		prefill: prefill, mesh: peers, matched: make([]int, prefix.MaxTargets), waiters: map[*request.Request]chan routed{}, forwarding: map[string]int{},
-		recent: make([]Decision, 64)}
-	r.bal = balancer.New(pol, balancer.Config{MaxQueue: cfg.MaxQueue, MaxWait: cfg.MaxWait})
-	return r
+// RouterOptions are a router's collaborators.
+type RouterOptions struct {
+	Policy policy.Policy
+	Peers  PeerSource       // nil for a single region; SetPeers attaches it later
+	Clock  func() time.Time // default time.Now
 }
 
-// defaultReplicaTokens is the prefix-index capacity assumed for a replica
-// until its metrics report its KV cache size.
-const defaultReplicaTokens = 32_000
+// NewRouter returns a router for cfg (validated) with no replicas.
+func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
+	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]chan routed{}, now: opts.Clock, recent: make([]Decision, 64)}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	core, err := region.New(cfg.RegionConfig(), opts.Policy, r.delivered)
+	if err != nil {
+		return nil, err
+	}
+	r.core = core
+	return r, nil
+}
 
-// setReplicas makes the pool exactly urls, keeping the state of replicas
-// that stay and forgetting those that left.
-func (r *Router) setReplicas(urls []*url.URL) {
+// SetReplicas makes the pool exactly urls (sorted by host), keeping the
+// state of replicas that stay and forgetting those that left.
+func (r *Router) SetReplicas(urls []*url.URL) error {
+	urls = slices.Clone(urls)
+	slices.SortFunc(urls, func(a, b *url.URL) int { return strings.Compare(a.Host, b.Host) })
+	urls = slices.CompactFunc(urls, func(a, b *url.URL) bool { return a.Host == b.Host })
+	names := make([]string, len(urls))
+	for i, u := range urls {
+		names[i] = u.Host
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	keep := map[string]bool{}
-	for _, u := range urls {
-		keep[u.String()] = true
-	}
-	kept := r.replicas[:0]
+	err := r.core.SetReplicas(names)
+	byName := map[string]*replica{}
 	for _, rp := range r.replicas {
-		if keep[rp.url.String()] {
-			kept = append(kept, rp)
-			delete(keep, rp.url.String())
-		} else {
-			r.index.RemoveTarget(rp.target)
-		}
+		byName[rp.name()] = rp
 	}
-	r.replicas = kept
-	for _, u := range urls {
-		if !keep[u.String()] {
-			continue
+	r.replicas = r.replicas[:0]
+	for _, h := range r.core.Replicas() {
+		rp := byName[h.Name()]
+		if rp == nil {
+			rp = &replica{handle: h}
 		}
-		t, err := r.index.AddTarget(u.Host, defaultReplicaTokens)
-		if err != nil {
-			continue // over 64 replicas: the rest are not routed to
+		for _, u := range urls {
+			if u.Host == h.Name() {
+				rp.url = u
+			}
 		}
-		r.replicas = append(r.replicas, &replica{name: u.Host, url: u, target: t, healthy: true})
+		r.replicas = append(r.replicas, rp)
 	}
-	slices.SortFunc(r.replicas, func(a, b *replica) int {
-		if a.name < b.name {
-			return -1
-		}
-		if a.name > b.name {
-			return 1
-		}
-		return 0
-	})
+	return err
 }
 
-// routed is a delivered outcome with its target resolved at delivery, while
-// the view it was decided on is still current.
+// replicaOf returns the HTTP side of a core replica. Called with r.mu held.
+func (r *Router) replicaOf(h *region.Replica) *replica {
+	for _, rp := range r.replicas {
+		if rp.handle == h {
+			return rp
+		}
+	}
+	return nil
+}
+
+// routed is a delivered outcome, with its replica's HTTP side.
 type routed struct {
-	balancer.Outcome
-	replica *replica   // Dispatch
-	peer    *mesh.Peer // Forward
-	// prefixBlocks is how many leading blocks the chosen replica was
-	// believed to hold.
-	prefixBlocks int
+	region.Delivery
+	replica *replica // Dispatch
 }
 
 // Route submits req to the balancer and waits until it is dispatched,
@@ -148,7 +140,7 @@ func (r *Router) Route(ctx context.Context, req *request.Request) (routed, error
 	ch := make(chan routed, 1)
 	r.mu.Lock()
 	r.waiters[req] = ch
-	r.bal.Submit(time.Now(), req, r)
+	r.core.Submit(r.now(), req)
 	r.mu.Unlock()
 	select {
 	case o := <-ch:
@@ -160,180 +152,199 @@ func (r *Router) Route(ctx context.Context, req *request.Request) (routed, error
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.waiters, req)
-		if r.bal.Cancel(req) {
+		if r.core.Cancel(req) {
 			return routed{}, ctx.Err()
 		}
 		// Delivered just as the client left: take it, release it.
 		select {
 		case o := <-ch:
-			if o.replica != nil {
-				o.replica.inflight = max(o.replica.inflight-1, 0)
-			}
-			if o.peer != nil {
-				r.forwarding[o.peer.Region] = max(r.forwarding[o.peer.Region]-1, 0)
-			}
+			r.releaseLocked(o)
 		default:
 		}
 		return routed{}, ctx.Err()
 	}
 }
 
-// View implements balancer.Env. Called with r.mu held.
-func (r *Router) View(req *request.Request) *policy.View {
-	v := &r.view
-	v.Local.Name, v.Local.Jurisdiction, v.Local.Prefill = r.cfg.Region, r.cfg.Jurisdiction, r.prefill
-	r.index.Match(req.Blocks, r.matched)
-	v.Local.Replicas = v.Local.Replicas[:0]
-	running := 0
-	for _, rp := range r.replicas {
-		m := rp.metrics
-		v.Local.Replicas = append(v.Local.Replicas, policy.Replica{Name: rp.name, Healthy: rp.healthy, Waiting: m.Waiting,
-			Running: m.Running, InFlight: rp.inflight, MaxInFlight: r.cfg.MaxInFlight, KVUsage: m.KVUsage, PrefixBlocks: r.matched[rp.target]})
-		if rp.healthy {
-			running += max(m.Running, rp.inflight, 1)
-		}
+// delivered receives the core's outcomes. Called with r.mu held.
+func (r *Router) delivered(d region.Delivery) {
+	out := routed{Delivery: d}
+	if d.Replica != nil {
+		out.replica = r.replicaOf(d.Replica)
 	}
-	v.Local.PerRequestWait = policy.PerRequestWait(r.service.Value(), running)
-	v.Peers = v.Peers[:0]
-	r.peerAt = r.peerAt[:0]
-	for i := range r.peers {
-		p := &r.peers[i]
-		pr := p.Policy()
-		pr.Outstanding += r.forwarding[p.Region]
-		if p.Digest != nil {
-			pr.MatchPrefix(req, p.Digest)
-		}
-		v.Peers = append(v.Peers, pr)
-		r.peerAt = append(r.peerAt, i)
-	}
-	return v
-}
-
-// Deliver implements balancer.Env. Called with r.mu held, right after the
-// View the decision was made on.
-func (r *Router) Deliver(o balancer.Outcome) {
-	out := routed{Outcome: o}
-	if o.Err == nil {
-		switch o.Decision.Action {
-		case policy.Dispatch:
-			rp := r.replicas[o.Decision.Replica]
-			out.prefixBlocks = r.view.Local.Replicas[o.Decision.Replica].PrefixBlocks
-			rp.inflight++
-			r.index.Insert(rp.target, o.Request.Blocks, nil)
-			r.indexDirty = true
-			out.replica = rp
-		case policy.Forward:
-			p := r.peers[r.peerAt[o.Decision.Peer]]
-			out.peer = &p
-			r.forwarding[p.Region]++
-		}
-	}
-	r.record(o)
-	if ch, ok := r.waiters[o.Request]; ok {
-		delete(r.waiters, o.Request)
+	r.record(d)
+	if ch, ok := r.waiters[d.Request]; ok {
+		delete(r.waiters, d.Request)
 		ch <- out
+		return
 	}
+	r.releaseLocked(out) // nobody waits (cannot happen while handlers hold their requests)
 }
 
-func (r *Router) record(o balancer.Outcome) {
-	d := Decision{At: time.Now(), ID: o.Request.ID, Action: o.Decision.Action.String(), Region: o.Decision.Region, Reason: string(o.Decision.Reason)}
-	if o.Waited > 0 {
-		d.Waited = o.Waited.String()
+func (r *Router) record(d region.Delivery) {
+	rec := Decision{At: r.now(), ID: d.Request.ID, Action: d.Decision.Action.String(), Region: d.Decision.Region, Reason: string(d.Decision.Reason)}
+	if d.Waited > 0 {
+		rec.Waited = d.Waited.String()
 	}
 	switch {
-	case o.Err != nil:
-		d.Action, d.Error = "reject", o.Err.Message
-	case o.Decision.Action == policy.Dispatch:
-		d.Target = r.replicas[o.Decision.Replica].name
+	case d.Err != nil:
+		rec.Action, rec.Error = "reject", d.Err.Message
+	case d.Replica != nil:
+		rec.Target = d.Replica.Name()
 	}
-	r.recent[r.recentNext%len(r.recent)] = d
+	r.recent[r.recentNext%len(r.recent)] = rec
 	r.recentNext++
 }
 
-// done records the end of a request on a replica: its slot frees, its
-// service time feeds the queue-wait estimate, and a failure counts toward
-// passive ejection. Held requests are pumped.
-func (r *Router) done(rp *replica, service time.Duration, failed bool) {
+// Outcome says how a dispatched request ended, for the replica's record.
+type Outcome int
+
+// The outcomes of a request on a replica.
+const (
+	// Served: the replica answered in full; the service time is a sample.
+	Served Outcome = iota
+	// ReplicaFailed: refused, reset, 5xx, a stream broken by the replica
+	// or a stalled one; it counts toward ejection.
+	ReplicaFailed
+	// Released: ended for reasons that say nothing of the replica (the
+	// client left, or the replica answered with a client error).
+	Released
+)
+
+// Done records the end of a request on the named replica (service is the
+// time from sending it to its last byte) and pumps the head of the queue
+// into the freed slot.
+func (r *Router) Done(replica string, service time.Duration, how Outcome) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rp.inflight = max(rp.inflight-1, 0)
-	if failed {
-		rp.failures++
-		if rp.failures >= r.cfg.EjectAfter && rp.healthy {
-			rp.healthy = false
-			rp.passes = 0
-			r.index.Forget(rp.target) // a replica that fails may have restarted: its cache is gone
-		}
-	} else {
-		rp.failures = 0
-		r.service.Observe(service)
+	h := r.core.Replica(replica)
+	if h == nil {
+		return // removed from the pool meanwhile
 	}
-	r.bal.PumpDepth(time.Now(), r, 1)
+	switch how {
+	case Served:
+		r.core.Finished(h, service)
+	case ReplicaFailed:
+		r.core.Failed(h)
+	default:
+		r.core.Released(h)
+	}
+	r.core.PumpDepth(r.now(), 1)
 }
 
-// forwardDone records the end of a request forwarded to region.
-func (r *Router) forwardDone(region string) {
+// ForwardDone records the end of a request forwarded to peer.
+func (r *Router) ForwardDone(peer string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.forwarding[region] = max(r.forwarding[region]-1, 0)
-	r.bal.PumpDepth(time.Now(), r, 1)
+	r.core.ForwardDone(peer)
+	r.core.PumpDepth(r.now(), 1)
 }
 
-// pump refreshes the peers snapshot and re-routes held requests.
-func (r *Router) pump() {
-	var peers []mesh.Peer
-	if r.mesh != nil {
-		peers = r.mesh.Peers()
+// releaseLocked gives back what a delivered outcome took. Called with r.mu
+// held.
+func (r *Router) releaseLocked(o routed) {
+	switch {
+	case o.Replica != nil:
+		r.core.Released(o.Replica)
+	case o.Peer != nil:
+		r.core.ForwardDone(o.Peer.Region)
+	}
+}
+
+// Pump refreshes the peers' snapshot from the mesh and re-routes held
+// requests: every PumpInterval and after every scrape round.
+func (r *Router) Pump() {
+	var peers []region.Peer
+	r.mu.Lock()
+	src := r.mesh
+	r.mu.Unlock()
+	if src != nil {
+		peers = src.Peers()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.peers = peers
-	r.bal.Pump(time.Now(), r)
+	r.core.SetPeers(peers)
+	r.core.Pump(r.now())
 }
 
-// Load implements mesh.Source: this node's load summary.
-func (r *Router) Load() mesh.Load {
+// setPeerSource attaches the mesh once it exists (it needs the router).
+func (r *Router) setPeerSource(p PeerSource) {
+	r.mu.Lock()
+	r.mesh = p
+	r.mu.Unlock()
+}
+
+// ObserveScrape records one scrape of the named replica: the status and
+// body of its /metrics answer (status 0: the scrape failed). A page
+// without vLLM or SGLang names leaves the engine's queue unknown.
+func (r *Router) ObserveScrape(replica string, status int, page io.Reader) {
+	var m region.Metrics
+	if status == http.StatusOK && page != nil {
+		m, _ = parseEngineMetrics(page)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	l := mesh.Load{Queued: r.bal.Len(), Outstanding: r.bal.Len(), Prefill: r.prefill}
-	local := policy.LocalRegion{Queued: r.bal.Len()}
-	running := 0
-	for _, rp := range r.replicas {
-		l.Outstanding += rp.inflight
-		if rp.healthy {
-			l.Replicas++
-			l.Slots += r.cfg.MaxInFlight
-			running += max(rp.metrics.Running, rp.inflight, 1)
-		}
-		local.Replicas = append(local.Replicas, policy.Replica{Healthy: rp.healthy, Waiting: rp.metrics.Waiting, Running: rp.metrics.Running,
-			InFlight: rp.inflight, MaxInFlight: r.cfg.MaxInFlight, KVUsage: rp.metrics.KVUsage})
+	if h := r.core.Replica(replica); h != nil {
+		r.core.Scraped(h, m)
 	}
-	local.PerRequestWait = policy.PerRequestWait(r.service.Value(), running)
-	l.QueueWait = local.QueueWait()
+}
+
+// ObserveHealth records one health check of the named replica.
+func (r *Router) ObserveHealth(replica string, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h := r.core.Replica(replica); h != nil {
+		r.core.HealthChecked(h, ok)
+	}
+}
+
+// View returns a copy of the view the policy would route req by now.
+func (r *Router) View(req *request.Request) policy.View {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v := r.core.View(req)
+	v.Local.Queued = r.core.Queued()
+	return policy.View{Local: cloneLocal(v.Local), Peers: slices.Clone(v.Peers)}
+}
+
+func cloneLocal(l policy.LocalRegion) policy.LocalRegion {
+	l.Replicas = slices.Clone(l.Replicas)
 	return l
 }
 
-// Digest implements mesh.Source: a digest of the prefix index, rebuilt
-// (with a new generation) when the index changed since the last one.
+// Decide returns the decision the policy would make for req now, without
+// routing it.
+func (r *Router) Decide(req *request.Request) policy.Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.Decide(req)
+}
+
+// Load implements mesh.Source: this node's load summary.
+func (r *Router) Load() region.Load {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.Load()
+}
+
+// Digest implements mesh.Source: the digest of the prefix index.
 func (r *Router) Digest() *digest.Digest {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.digest != nil && !r.indexDirty {
-		return r.digest
-	}
-	capacity := uint(0)
-	for _, rp := range r.replicas {
-		capacity += uint(r.capacityTokens(rp) / r.index.BlockTokens())
-	}
-	r.digestGen++
-	r.digest = digest.Build(r.index, r.cfg.Region, r.cfg.NodeID, r.digestGen, max(capacity, 1024), digest.DefaultFalsePositiveRate)
-	r.indexDirty = false
-	return r.digest
+	return r.core.Digest()
 }
 
-func (r *Router) capacityTokens(rp *replica) int {
-	if rp.metrics.KVBlocks > 0 && rp.metrics.BlockSize > 0 {
-		return rp.metrics.KVBlocks * rp.metrics.BlockSize
-	}
-	return defaultReplicaTokens
+// healthyReplicas counts replicas in service.
+func (r *Router) healthyReplicas() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.HealthyReplicas()
 }
+
+// queued is the number of held requests.
+func (r *Router) queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.Queued()
+}
+
+var _ mesh.Source = (*Router)(nil)

@@ -8,17 +8,9 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-)
 
-// engineMetrics is what a scrape of a replica's /metrics tells the router.
-type engineMetrics struct {
-	Known            bool // the replica exposes vLLM or SGLang metrics
-	Waiting, Running int
-	KVUsage          float64
-	// From vllm:cache_config_info: the KV cache's size, for the prefix
-	// index's per-replica capacity. Zero when not reported.
-	KVBlocks, BlockSize int
-}
+	"skywalker/internal/region"
+)
 
 // maxScrapeBytes bounds a replica's metrics page.
 const maxScrapeBytes = 4 << 20
@@ -35,13 +27,13 @@ var (
 // parseEngineMetrics reads a Prometheus text exposition. A page without
 // any known name is not an error: the replica is balanced on the proxy's
 // own in-flight counts instead.
-func parseEngineMetrics(r io.Reader) (engineMetrics, error) {
+func parseEngineMetrics(r io.Reader) (region.Metrics, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(io.LimitReader(r, maxScrapeBytes))
 	if err != nil {
-		return engineMetrics{}, fmt.Errorf("parse metrics: %w", err)
+		return region.Metrics{}, fmt.Errorf("parse metrics: %w", err)
 	}
-	var m engineMetrics
+	var m region.Metrics
 	if v, ok := sum(families, waitingNames); ok {
 		m.Waiting, m.Known = int(v), true
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,9 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"skywalker/internal/apierr"
-	"skywalker/internal/engine"
 	"skywalker/internal/httpserve"
 	"skywalker/internal/policy"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
 
@@ -40,11 +41,12 @@ type Server struct {
 	opts       Options
 	log        *slog.Logger
 	router     *Router
+	relay      *httputil.ReverseProxy
+	upstream   http.RoundTripper
 	loops      *poolLoops
 	keys       forwardKeys
 	demand     *demand
 	metrics    *metrics
-	client     *http.Client
 	handler    http.Handler
 	draining   atomic.Bool
 	active     sync.WaitGroup
@@ -64,11 +66,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	pol, err := policy.New(cfg.Policy, policyConfig(cfg))
-	if err != nil {
-		return nil, err
-	}
-	prof, err := engine.LookupProfile(cfg.Profile)
+	pol, err := policy.New(cfg.Policy, cfg.PolicyConfig())
 	if err != nil {
 		return nil, err
 	}
@@ -80,43 +78,50 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConns, t.MaxIdleConnsPerHost = 1024, 256
-		// Bodies are forwarded whole (they were read to be parsed): large
-		// write buffers send a 400 KB prompt in a few syscalls, not a hundred.
+		// Bodies are sent whole (they were read to be parsed): large write
+		// buffers send a 400 KB prompt in a few syscalls, not a hundred.
 		t.WriteBufferSize, t.ReadBufferSize = 256<<10, 64<<10
 		t.ResponseHeaderTimeout = 0 // long prefills are normal
 		transport = t
 	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), keys: keys,
-		demand: newDemand(cfg.Region), client: &http.Client{Transport: transport}, started: time.Now()}
-	s.router = newRouter(cfg, pol, prof.Prefill(), opts.Peers)
-	s.loops = &poolLoops{r: s.router, cfg: cfg, client: &http.Client{Transport: transport}}
+		demand: newDemand(cfg.Region), upstream: transport, started: time.Now()}
+	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers})
+	if err != nil {
+		return nil, err
+	}
+	s.relay = newRelay(s, transport)
+	s.loops = &poolLoops{r: s.router, cfg: cfg, cp: cfg.ControlPlane(), client: &http.Client{Transport: transport}, log: s.log}
 	s.metrics = newMetrics(cfg.Region, s.router)
 	s.handler = s.routes()
 	return s, nil
-}
-
-func policyConfig(cfg Config) policy.Config {
-	pc := policy.DefaultConfig()
-	pc.Skywalker.MaxWANRTT = cfg.MaxWANRTT
-	return pc
 }
 
 // Router is the proxy's router; it is also the mesh's Source.
 func (s *Server) Router() *Router { return s.router }
 
 // SetPeers attaches the mesh once it exists (it needs the router first).
-func (s *Server) SetPeers(p PeerSource) {
-	s.router.mu.Lock()
-	s.router.mesh = p
-	s.router.mu.Unlock()
-}
+func (s *Server) SetPeers(p PeerSource) { s.router.setPeerSource(p) }
 
 // QueueLength is the number of requests held in the balancer queue.
-func (s *Server) QueueLength() int {
+func (s *Server) QueueLength() int { return s.router.queued() }
+
+// Peers is the peers' snapshot the router last routed with.
+func (s *Server) Peers() []region.Peer {
 	s.router.mu.Lock()
 	defer s.router.mu.Unlock()
-	return s.router.bal.Len()
+	return s.router.core.Peers()
 }
+
+// Replicas is the number of replicas in the pool.
+func (s *Server) Replicas() int {
+	s.router.mu.Lock()
+	defer s.router.mu.Unlock()
+	return len(s.router.replicas)
+}
+
+// HealthyReplicas is the number of replicas in service.
+func (s *Server) HealthyReplicas() int { return s.router.healthyReplicas() }
 
 // SetGossipAddr sets the mesh address reported at /v1/skywalker/gossip.
 func (s *Server) SetGossipAddr(addr string) { s.gossipAddr.Store(&addr) }
@@ -131,10 +136,12 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.router.setReplicas(urls)
+	if err := s.router.SetReplicas(urls); err != nil {
+		s.log.Warn("replica pool", "err", err)
+	}
 	go s.loops.run(ctx)
 	// Pump held requests even when nothing else happens: deadlines, fresh peer data.
-	go s.loops.every(ctx, 50*time.Millisecond, func(context.Context) { s.router.pump() })
+	go every(ctx, s.loops.cp.PumpInterval, func(context.Context) { s.router.Pump() })
 	return nil
 }
 

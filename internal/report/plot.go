@@ -10,13 +10,13 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"skywalker/internal/sim"
+	"skywalker/internal/results"
 )
 
 // SweepPoint is one offered-load level of a sweep.
 type SweepPoint struct {
-	RateScale float64     `json:"rate_scale"`
-	Report    *sim.Report `json:"report"`
+	RateScale float64         `json:"rate_scale"`
+	Report    *results.Report `json:"report"`
 }
 
 const plotW, plotH = 16 * vg.Centimeter, 10 * vg.Centimeter
@@ -25,7 +25,7 @@ const plotW, plotH = 16 * vg.Centimeter, 10 * vg.Centimeter
 // cache hit rate per policy, per-region queue and utilization over time
 // for skywalker and local, and TTFT against offered load when a sweep is
 // given.
-func Plots(dir string, rep *sim.Report, sweep []SweepPoint) ([]string, error) {
+func Plots(dir string, rep *results.Report, sweep []SweepPoint) ([]string, error) {
 	var paths []string
 	save := func(p *plot.Plot, name string) error {
 		path := filepath.Join(dir, name)
@@ -41,7 +41,7 @@ func Plots(dir string, rep *sim.Report, sweep []SweepPoint) ([]string, error) {
 		return nil, err
 	}
 	for _, name := range []string{"skywalker", "local"} {
-		r := find(rep, name)
+		r := rep.Find(name)
 		if r == nil || r.Series == nil {
 			continue
 		}
@@ -72,7 +72,7 @@ func Plots(dir string, rep *sim.Report, sweep []SweepPoint) ([]string, error) {
 	return paths, nil
 }
 
-func cacheHitPlot(rep *sim.Report) (*plot.Plot, error) {
+func cacheHitPlot(rep *results.Report) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Prefix-cache hit rate (" + rep.Scenario + ")"
 	p.Y.Label.Text = "prompt tokens served from cache"
@@ -95,7 +95,7 @@ func cacheHitPlot(rep *sim.Report) (*plot.Plot, error) {
 
 // seriesPlot draws one line per region: its balancer queue, or its
 // replicas' utilization, per time bucket.
-func seriesPlot(r *sim.Result, what string) (*plot.Plot, error) {
+func seriesPlot(r *results.Result, what string) (*plot.Plot, error) {
 	s := r.Series
 	p := plot.New()
 	p.X.Label.Text = "simulated time (minutes)"
@@ -132,12 +132,12 @@ func seriesPlot(r *sim.Result, what string) (*plot.Plot, error) {
 	return p, nil
 }
 
-func minutes(s *sim.Series, bucket int) float64 {
+func minutes(s *results.Series, bucket int) float64 {
 	return (float64(bucket) + 0.5) * s.Bucket.Minutes()
 }
 
 // sortedRegions returns region names in the order the series index them.
-func sortedRegions(r *sim.Result) []string { return r.RegionOrder }
+func sortedRegions(r *results.Result) []string { return r.RegionOrder }
 
 func sweepPlot(sweep []SweepPoint) (*plot.Plot, error) {
 	p := plot.New()

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"skywalker/internal/sim"
+	"skywalker/internal/results"
 )
 
 // column is one column of the results table.
 type column struct {
 	head string
-	cell func(*sim.Result) string
+	cell func(*results.Result) string
 }
 
 func f1(x float64) string  { return fmt.Sprintf("%.1f", x) }
@@ -22,26 +22,26 @@ func f0(x float64) string  { return fmt.Sprintf("%.0f", x) }
 func pct(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }
 
 var columns = []column{
-	{"policy", func(r *sim.Result) string { return r.Policy }},
-	{"requests", func(r *sim.Result) string { return fmt.Sprint(r.Requests) }},
-	{"completed", func(r *sim.Result) string { return fmt.Sprint(r.Completed) }},
-	{"dropped", func(r *sim.Result) string { return fmt.Sprint(r.Dropped) }},
-	{"TTFT p50 ms", func(r *sim.Result) string { return f0(r.TTFTP50Ms) }},
-	{"TTFT p90 ms", func(r *sim.Result) string { return f0(r.TTFTP90Ms) }},
-	{"TTFT p99 ms", func(r *sim.Result) string { return f0(r.TTFTP99Ms) }},
-	{"E2E p50 ms", func(r *sim.Result) string { return f0(r.E2EP50Ms) }},
-	{"E2E p99 ms", func(r *sim.Result) string { return f0(r.E2EP99Ms) }},
-	{"TPOT ms", func(r *sim.Result) string { return f1(r.TPOTMs) }},
-	{"out tok/s", func(r *sim.Result) string { return f0(r.ThroughputTokS) }},
-	{"(in+2out) tok/s", func(r *sim.Result) string { return f0(r.PaperThroughput) }},
-	{"goodput rps", func(r *sim.Result) string { return fmt.Sprintf("%.2f", r.GoodputRPS) }},
-	{"SLO", func(r *sim.Result) string { return pct(r.SLOAttainment) }},
-	{"cache hit", func(r *sim.Result) string { return pct(r.CacheHitRate) }},
-	{"cross-region", func(r *sim.Result) string { return pct(r.CrossRegion) }},
-	{"utilization", func(r *sim.Result) string { return utilization(r) }},
+	{"policy", func(r *results.Result) string { return r.Policy }},
+	{"requests", func(r *results.Result) string { return fmt.Sprint(r.Requests) }},
+	{"completed", func(r *results.Result) string { return fmt.Sprint(r.Completed) }},
+	{"dropped", func(r *results.Result) string { return fmt.Sprint(r.Dropped) }},
+	{"TTFT p50 ms", func(r *results.Result) string { return f0(r.TTFTP50Ms) }},
+	{"TTFT p90 ms", func(r *results.Result) string { return f0(r.TTFTP90Ms) }},
+	{"TTFT p99 ms", func(r *results.Result) string { return f0(r.TTFTP99Ms) }},
+	{"E2E p50 ms", func(r *results.Result) string { return f0(r.E2EP50Ms) }},
+	{"E2E p99 ms", func(r *results.Result) string { return f0(r.E2EP99Ms) }},
+	{"TPOT ms", func(r *results.Result) string { return f1(r.TPOTMs) }},
+	{"out tok/s", func(r *results.Result) string { return f0(r.ThroughputTokS) }},
+	{"(in+2out) tok/s", func(r *results.Result) string { return f0(r.PaperThroughput) }},
+	{"goodput rps", func(r *results.Result) string { return fmt.Sprintf("%.2f", r.GoodputRPS) }},
+	{"SLO", func(r *results.Result) string { return pct(r.SLOAttainment) }},
+	{"cache hit", func(r *results.Result) string { return pct(r.CacheHitRate) }},
+	{"cross-region", func(r *results.Result) string { return pct(r.CrossRegion) }},
+	{"utilization", func(r *results.Result) string { return utilization(r) }},
 }
 
-func utilization(r *sim.Result) string {
+func utilization(r *results.Result) string {
 	names := make([]string, 0, len(r.Utilization))
 	for n := range r.Utilization {
 		names = append(names, n)
@@ -55,7 +55,7 @@ func utilization(r *sim.Result) string {
 }
 
 // Table writes the results as an aligned text table.
-func Table(w io.Writer, rep *sim.Report) error {
+func Table(w io.Writer, rep *results.Report) error {
 	fmt.Fprintf(w, "scenario %s, seed %d, lengths from %s\n\n", rep.Scenario, rep.Seed, rep.Lengths)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	for i, c := range columns {
@@ -79,7 +79,7 @@ func Table(w io.Writer, rep *sim.Report) error {
 
 // Markdown writes the results as a Markdown table with the ratios of
 // SkyWalker against each policy, as the README shows them.
-func Markdown(w io.Writer, rep *sim.Report) error {
+func Markdown(w io.Writer, rep *results.Report) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Scenario `%s`, seed %d, prompt/output lengths from %s.\n\n", rep.Scenario, rep.Seed, rep.Lengths)
 	b.WriteString("|")
@@ -102,7 +102,7 @@ func Markdown(w io.Writer, rep *sim.Report) error {
 		}
 		b.WriteString("\n")
 	}
-	if sw := find(rep, "skywalker"); sw != nil && len(rep.Results) > 1 {
+	if sw := rep.Find("skywalker"); sw != nil && len(rep.Results) > 1 {
 		b.WriteString("\nSkyWalker against each policy (× better; above 1 means SkyWalker wins):\n\n")
 		b.WriteString("| policy | TTFT p50 | TTFT p99 | goodput | (in+2out) throughput |\n|---|---:|---:|---:|---:|\n")
 		for _, r := range rep.Results {
@@ -122,15 +122,6 @@ func ratio(num, den float64) string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f×", num/den)
-}
-
-func find(rep *sim.Report, policy string) *sim.Result {
-	for _, r := range rep.Results {
-		if r.Policy == policy {
-			return r
-		}
-	}
-	return nil
 }
 
 // JSON writes the report as indented JSON.

@@ -6,15 +6,8 @@ import (
 	"sync"
 
 	"skywalker/internal/policy"
+	"skywalker/internal/results"
 )
-
-// Report is every policy's result on one scenario.
-type Report struct {
-	Scenario string    `json:"scenario"`
-	Seed     uint64    `json:"seed"`
-	Lengths  string    `json:"lengths,omitempty"`
-	Results  []*Result `json:"results"`
-}
 
 // Options adjust a comparison run.
 type Options struct {
@@ -24,12 +17,12 @@ type Options struct {
 	RateScale float64  // multiplies the diurnal peak rate or the replay speed; 0 means 1
 	Parallel  int      // policies simulated at once; default GOMAXPROCS
 	// Progress, if set, is called as each policy finishes.
-	Progress func(done, total int, res *Result)
+	Progress func(done, total int, res *results.Result)
 }
 
 // Compare runs the scenario once per policy on identical arrivals and
 // returns the results in policy order.
-func Compare(s *Scenario, opt Options) (*Report, error) {
+func Compare(s *Scenario, opt Options) (*results.Report, error) {
 	sc := *s
 	if opt.Seed != 0 {
 		sc.Seed = opt.Seed
@@ -58,7 +51,7 @@ func Compare(s *Scenario, opt Options) (*Report, error) {
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}
-	rep := &Report{Scenario: sc.Name, Seed: sc.Seed, Lengths: wl.Lengths, Results: make([]*Result, len(names))}
+	rep := &results.Report{Scenario: sc.Name, Seed: sc.Seed, Lengths: wl.Lengths, Results: make([]*results.Result, len(names))}
 	errs := make([]error, len(names))
 	sem := make(chan struct{}, parallel)
 	var mu sync.Mutex

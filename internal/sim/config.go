@@ -7,7 +7,7 @@ import (
 	"skywalker/internal/balancer"
 	"skywalker/internal/engine"
 	"skywalker/internal/policy"
-	"skywalker/internal/workload"
+	"skywalker/internal/region"
 )
 
 // RegionSpec describes one simulated region.
@@ -29,6 +29,7 @@ const (
 	ReplicaCrash FaultKind = "replica-crash" // one replica down, its cache lost
 	RegionOutage FaultKind = "region-outage" // every replica of a region down
 	RTTSpike     FaultKind = "rtt-spike"     // a link's RTT raised
+	LinkLoss     FaultKind = "link-loss"     // a share of a link's packets (probes, load summaries) lost
 )
 
 // Fault is one fault: it starts At and lasts Duration.
@@ -38,8 +39,9 @@ type Fault struct {
 	Duration time.Duration
 	Region   string        // replica-crash, region-outage
 	Replica  int           // replica-crash
-	A, B     string        // rtt-spike: the link
+	A, B     string        // rtt-spike, link-loss: the link
 	RTT      time.Duration // rtt-spike: the RTT during the spike
+	Loss     float64       // link-loss: the share of packets lost, in (0, 1]
 }
 
 // Config is one simulation run.
@@ -54,14 +56,17 @@ type Config struct {
 	Policy       string
 	PolicyConfig *policy.Config
 	Balancer     balancer.Config
-	// MaxInFlight caps each replica's in-flight requests for dispatch
-	// (policy.Replica.MaxInFlight); 0 means the profile's max-num-seqs.
+	// MaxInFlight caps each replica's in-flight requests for dispatch; 0
+	// means the proxy's default (region.DefaultMaxInFlight).
 	MaxInFlight int
+	// Retries bounds how often a request that failed before its first
+	// byte is routed again; 0 means the proxy's default.
+	Retries int
 
-	Refresh        time.Duration // load summaries to peers; default 250 ms
-	DigestInterval time.Duration // prefix digests to peers; default 2 s
-	Scrape         time.Duration // replica metrics scrape; default 100 ms
-	ServiceAlpha   float64       // EWMA weight for service times; default 0.05
+	// Control is the control plane's timing and the WAN gate's thresholds:
+	// zero fields take region.DefaultControlPlane's values, exactly the
+	// proxy's and the mesh's defaults.
+	Control region.ControlPlane
 
 	SLO    time.Duration // TTFT objective
 	Faults []Fault
@@ -102,26 +107,22 @@ func (c *Config) withDefaults() error {
 			return fmt.Errorf("sim: region %s has %d replicas, at most 64 are supported", r.Name, r.Replicas)
 		}
 	}
-	if c.Refresh <= 0 {
-		c.Refresh = 250 * time.Millisecond
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = region.DefaultMaxInFlight
 	}
-	if c.DigestInterval <= 0 {
-		c.DigestInterval = 2 * time.Second
+	if c.Retries <= 0 {
+		c.Retries = region.DefaultRetries
 	}
-	if c.Scrape <= 0 {
-		c.Scrape = 100 * time.Millisecond
+	if c.Control.MaxWANRTT <= 0 {
+		c.Control.MaxWANRTT = c.PolicyConfig.Skywalker.MaxWANRTT // one threshold for the gate and the rule, as in the proxy
 	}
-	if c.ServiceAlpha <= 0 {
-		c.ServiceAlpha = 0.05
-	}
+	c.Control = c.Control.WithDefaults()
 	return nil
 }
 
-// Regions converts region specs to the workload's region list.
-func workloadRegions(specs []RegionSpec) []workload.RegionLoad {
-	out := make([]workload.RegionLoad, len(specs))
-	for i, r := range specs {
-		out[i] = workload.RegionLoad{Name: r.Name, Jurisdiction: r.Jurisdiction}
-	}
-	return out
+// regionConfig is a region core's configuration, as the proxy would build
+// it for a proxy in front of spec's replicas (see proxy.Config.RegionConfig).
+func (c *Config) regionConfig(spec RegionSpec, blockTokens int) region.Config {
+	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: spec.Name, MaxInFlight: c.MaxInFlight,
+		Prefill: spec.Profile.Prefill(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer}
 }

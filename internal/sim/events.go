@@ -7,12 +7,19 @@ type eventKind uint8
 const (
 	evArrival       eventKind = iota // the next workload arrival
 	evForwardArrive                  // a forwarded request reaches its region
+	evForwardFailed                  // a peer's refusal of a forwarded request reaches its ingress
+	evForwardDone                    // a forwarded request's last byte reaches its ingress
+	evRefused                        // a dispatch to a dead replica fails (connection refused)
 	evStepEnd                        // a replica's engine step ends
 	evScrape                         // a region scrapes its replicas' metrics
-	evRefresh                        // a region publishes its load summary
-	evSummaryArrive                  // a load summary reaches a peer
+	evHealth                         // a region health-checks its replicas
+	evPump                           // a region's periodic pump: fresh peers' snapshot, held requests re-routed
+	evLoadCheck                      // a region decides whether to publish its load summary
+	evLoadArrive                     // a load summary reaches a peer
 	evDigestPublish                  // a region publishes its prefix digest
 	evDigestArrive                   // a digest reaches a peer
+	evProbe                          // a region probes one node of every peer region
+	evProbeResult                    // a probe's answer (or its timeout) comes back
 	evExpire                         // a held request's deadline
 	evFaultStart
 	evFaultEnd
@@ -27,7 +34,7 @@ type event struct {
 	replica int32
 	epoch   uint32 // replica incarnation, so steps of a crashed engine are ignored
 	req     *simRequest
-	payload any // summary or digest in flight; fault
+	payload any // summary, digest or probe in flight; fault
 }
 
 // eventQueue is a binary min-heap on (at, seq), without interface boxing.

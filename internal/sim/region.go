@@ -5,11 +5,10 @@ import (
 	"time"
 
 	"skywalker/internal/apierr"
-	"skywalker/internal/balancer"
-	"skywalker/internal/digest"
 	"skywalker/internal/engine"
+	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
-	"skywalker/internal/prefix"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
 
@@ -17,210 +16,173 @@ import (
 type simRequest struct {
 	req         *request.Request
 	ingress     int
-	served      int
+	served      int // region that dispatched it last, or -1
 	forwardedTo int // region the ingress forwarded it to, or -1
 	arrival     time.Duration
 	dispatched  time.Duration
 	firstToken  time.Duration // -1 until the first token
-	forwarded   bool
-	retries     int
+	retries     int           // times routed again after failing before its first byte
+	replica     *replica      // where it runs while dispatched
 }
 
-// replica is one engine of a region.
+// replica is one engine of a region, and its handle in the region core.
 type replica struct {
-	name     string
-	eng      *engine.Engine
-	cfg      engine.Config
-	target   prefix.Target
-	healthy  bool
-	down     int    // overlapping faults holding it down
-	epoch    uint32 // incarnation; bumped by a crash
-	inflight int
-	// scraped is the replica's metrics as of the last scrape.
-	scraped struct {
-		waiting, running int
-		kv               float64
-	}
+	name   string
+	handle *region.Replica
+	eng    *engine.Engine
+	cfg    engine.Config
+	down   int    // overlapping faults holding it down
+	epoch  uint32 // incarnation; bumped by a crash
 }
 
-// summary is a region's load as published to its peers.
-type summary struct {
-	at          time.Duration
-	queueWait   time.Duration
-	queued      int
-	replicas    int
-	slots       int
-	outstanding int
-}
-
-// peerState is what a region knows of one peer: the latest summary and
-// digest that reached it.
-type peerState struct {
-	summary *summary
-	digest  *digest.Digest
-}
-
-// region is one simulated region: replicas, a balancer, a prefix index and
-// its digest, and its view of the peers. It is the balancer's Env.
-type region struct {
+// simRegion drives one region core with events and engine models: what
+// the proxy does with HTTP, it does on the virtual clock. It observes its
+// engines the way the proxy scrapes and health-checks vLLM, hears its peers
+// through a mesh.Table fed by simulated links, and hands dispatched
+// requests to engines.
+type simRegion struct {
 	w        *world
 	idx      int
 	spec     RegionSpec
-	bal      *balancer.Balancer
-	index    *prefix.Index
+	core     *region.Region
 	replicas []*replica
-	service  *policy.EWMA
-	prefill  policy.PrefillProfile
-	maxIn    int
-	peers    []peerState
-	// forwarding counts requests this region has in flight at each peer;
-	// peers' summaries are old, and what we sent since must count, or a
-	// burst herds onto the one peer that looked idle (as the proxy does).
-	forwarding []int
-
-	digest       *digest.Digest // live: blocks added as the index learns them
-	published    *digest.Digest // last snapshot sent to peers
-	digestCap    uint
-	digestAdds   uint
-	digestDirty  bool
-	digestGen    uint64
-	expireAt     time.Duration // pending evExpire, or -1
-	view         policy.View
-	viewPeerIdx  []int // view.Peers[i] is region viewPeerIdx[i]
-	matched      []int
-	needPump     bool
-	busy         time.Duration // engine busy time, for utilization
-	preemptions  int64         // of engines lost to crashes
-	servedLocal  int
-	forwardedOut int
-	received     int
+	table    *mesh.Table // what this region knows of its peers
+	loads    region.LoadPublisher
+	sentGen  uint64 // digest generation last published
+	expireAt time.Duration
+	needPump bool
+	busy     time.Duration // engine busy time, for utilization
+	// preemptions of engines lost to crashes
+	preemptions int64
 }
 
-func newRegion(w *world, idx int, spec RegionSpec) *region {
-	r := &region{w: w, idx: idx, spec: spec, service: policy.NewEWMA(w.cfg.ServiceAlpha), prefill: spec.Profile.Prefill(),
-		peers: make([]peerState, len(w.cfg.Regions)), forwarding: make([]int, len(w.cfg.Regions)), matched: make([]int, prefix.MaxTargets), expireAt: -1}
-	pol, _ := policy.New(w.cfg.Policy, *w.cfg.PolicyConfig) // validated by Config
-	r.bal = balancer.New(pol, w.cfg.Balancer)
-	blockTokens := max(w.blockTokens, 1)
-	r.index = prefix.New(blockTokens)
+func newSimRegion(w *world, idx int, spec RegionSpec) (*simRegion, error) {
+	r := &simRegion{w: w, idx: idx, spec: spec, expireAt: -1, table: mesh.NewTable(spec.Name, w.cfg.Control),
+		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}}
+	pol, err := policy.New(w.cfg.Policy, *w.cfg.PolicyConfig)
+	if err != nil {
+		return nil, err
+	}
+	r.core, err = region.New(w.cfg.regionConfig(spec, w.blockTokens), pol, r.delivered)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, spec.Replicas)
 	for i := range spec.Replicas {
 		cfg := engine.Config{Profile: spec.Profile, MaxNumSeqs: spec.MaxNumSeqs, KVBlocks: spec.KVBlocks}
-		eng := engine.New(cfg)
-		rp := &replica{name: spec.Name + "-" + strconv.Itoa(i), eng: eng, cfg: cfg, healthy: true}
-		capTokens := eng.Config().KVBlocks * eng.Config().BlockSize
-		rp.target, _ = r.index.AddTarget(rp.name, capTokens) // at most 64 replicas, checked by Config
-		r.replicas = append(r.replicas, rp)
-		r.digestCap += uint(capTokens / blockTokens)
-		r.maxIn = w.cfg.MaxInFlight
-		if r.maxIn <= 0 {
-			r.maxIn = eng.Config().MaxNumSeqs
-		}
+		names[i] = spec.Name + "-" + strconv.Itoa(i)
+		r.replicas = append(r.replicas, &replica{name: names[i], eng: engine.New(cfg), cfg: cfg})
 	}
-	// Stale blocks stay in the live digest until a rebuild, which happens
-	// once as many blocks were added as the filter is sized for (about 1%
-	// false positives then); size it at twice the cache so that is rare.
-	r.digestCap *= 2
-	r.digest = digest.New(spec.Name, "", 0, r.digestCap, 0.01)
-	return r
-}
-
-func (r *region) now() time.Time { return r.w.clock(r.w.now) }
-
-// View implements balancer.Env: the region's replicas as last scraped
-// (in-flight counts exact), prefix matches from the index, and the peers
-// as their last summaries and digests described them.
-func (r *region) View(req *request.Request) *policy.View {
-	v := &r.view
-	v.Local.Name = r.spec.Name
-	v.Local.Jurisdiction = r.spec.Jurisdiction
-	v.Local.Prefill = r.prefill
-	r.index.Match(req.Blocks, r.matched)
-	v.Local.Replicas = v.Local.Replicas[:0]
+	if err := r.core.SetReplicas(names); err != nil {
+		return nil, err
+	}
 	for _, rp := range r.replicas {
-		v.Local.Replicas = append(v.Local.Replicas, policy.Replica{
-			Name: rp.name, Healthy: rp.healthy, Waiting: rp.scraped.waiting, Running: rp.scraped.running,
-			InFlight: rp.inflight, MaxInFlight: r.maxIn, KVUsage: rp.scraped.kv, PrefixBlocks: r.matched[rp.target],
-		})
+		rp.handle = r.core.Replica(rp.name)
 	}
-	v.Local.PerRequestWait = policy.PerRequestWait(r.service.Value(), r.concurrency())
-	v.Peers = v.Peers[:0]
-	r.viewPeerIdx = r.viewPeerIdx[:0]
-	for j := range r.peers {
-		ps := &r.peers[j]
-		if j == r.idx || ps.summary == nil {
-			continue
-		}
-		s := ps.summary
-		peer := r.w.regions[j]
-		rtt := r.w.rtt[r.idx][j]
-		p := policy.PeerRegion{
-			Name: peer.spec.Name, Jurisdiction: peer.spec.Jurisdiction, Healthy: s.replicas > 0,
-			DataAge: r.w.now - s.at, RTT: rtt, GateOpen: rtt <= r.w.gateRTT, QueueWait: s.queueWait, Queued: s.queued,
-			Replicas: s.replicas, Slots: s.slots, Outstanding: s.outstanding + r.forwarding[j], Prefill: peer.prefill,
-		}
-		if !p.GateOpen {
-			p.GateReason = "rtt above threshold"
-		}
-		if ps.digest != nil {
-			p.MatchPrefix(req, ps.digest)
-		}
-		v.Peers = append(v.Peers, p)
-		r.viewPeerIdx = append(r.viewPeerIdx, j)
-	}
-	return v
+	return r, nil
 }
 
-// Deliver implements balancer.Env.
-func (r *region) Deliver(o balancer.Outcome) {
-	sr := r.w.live[o.Request]
-	if o.Err != nil {
-		r.w.drop(sr, o.Err.Code)
+func (r *simRegion) now() time.Time { return r.w.clock(r.w.now) }
+
+// EngineMetrics is what scraping an engine's /metrics reports, read
+// straight from the model: the simulator's side of the scrape that the
+// proxy does over HTTP (the parity test checks the two agree).
+func EngineMetrics(e *engine.Engine) region.Metrics {
+	cfg := e.Config()
+	return region.Metrics{Known: true, Waiting: e.Waiting(), Running: e.Running(), KVUsage: e.KVUsage(),
+		KVBlocks: cfg.KVBlocks, BlockSize: cfg.BlockSize}
+}
+
+// scrape observes every replica's metrics as the proxy's scraper does (a
+// dead replica's scrape fails: zero metrics), then refreshes the peers and
+// pumps, as the proxy does after each scrape round.
+func (r *simRegion) scrape() {
+	for _, rp := range r.replicas {
+		m := region.Metrics{}
+		if rp.down == 0 {
+			m = EngineMetrics(rp.eng)
+		}
+		r.core.Scraped(rp.handle, m)
+	}
+	r.pump()
+}
+
+// healthCheck probes every replica's /health: a dead one fails.
+func (r *simRegion) healthCheck() {
+	for _, rp := range r.replicas {
+		r.core.HealthChecked(rp.handle, rp.down == 0)
+	}
+}
+
+// pump refreshes the peers' snapshot from the table and re-routes held
+// requests: the proxy's periodic pump.
+func (r *simRegion) pump() {
+	r.core.SetPeers(r.table.Peers(r.now()))
+	r.core.Pump(r.now())
+	r.scheduleExpire()
+}
+
+// delivered receives the region core's outcomes.
+func (r *simRegion) delivered(d region.Delivery) {
+	sr := r.w.live[d.Request]
+	if d.Err != nil {
+		r.w.rejected(sr, r.idx, d.Err)
 		return
 	}
-	switch o.Decision.Action {
+	switch d.Decision.Action {
 	case policy.Dispatch:
-		r.dispatch(sr, o.Decision.Replica)
+		r.dispatch(sr, r.replicas[d.Decision.Replica])
 	case policy.Forward:
-		r.forwardedOut++
-		to := r.viewPeerIdx[o.Decision.Peer]
-		r.forwarding[to]++
+		to := r.w.byName[d.Peer.Region]
 		sr.forwardedTo = to
 		r.w.forward(sr, r.idx, to)
 	}
 }
 
-func (r *region) dispatch(sr *simRequest, i int) {
-	rp := r.replicas[i]
+// refusedAfter is how long a dispatch to a dead replica takes to fail: a
+// refused connection on the region's own network.
+const refusedAfter = time.Millisecond
+
+func (r *simRegion) dispatch(sr *simRequest, rp *replica) {
+	sr.served, sr.dispatched, sr.replica = r.idx, r.w.now, rp
+	if rp.down > 0 {
+		r.w.push(event{at: r.w.now + refusedAfter, kind: evRefused, region: int32(r.idx), req: sr})
+		return
+	}
 	req := sr.req
 	seq := &engine.Sequence{ID: req.ID, PromptTokens: req.PromptTokens, MaxTokens: max(req.MaxTokens, 1), Units: req.Blocks,
 		UnitTokens: req.BlockTokens, Arrival: r.now(), Data: sr}
 	if err := rp.eng.Add(seq); err != nil {
-		r.w.drop(sr, apierr.InvalidRequest)
+		// The engine answers 400 (the prompt can never fit): the client
+		// gets it, and the replica is not to blame.
+		r.core.Released(rp.handle)
+		sr.replica = nil
+		r.w.drop(sr, string(apierr.InvalidRequest))
 		return
 	}
-	rp.inflight++
-	sr.served = r.idx
-	sr.dispatched = r.w.now
-	if sr.ingress == r.idx {
-		r.servedLocal++
-	} else {
-		r.received++
+	r.kick(rp)
+}
+
+// failedBeforeFirstByte handles a request whose replica failed before it
+// streamed anything: the failure counts against the replica, and the
+// request is routed again (at most Retries times), as the proxy retries.
+func (r *simRegion) failedBeforeFirstByte(sr *simRequest) {
+	if rp := sr.replica; rp != nil {
+		r.core.Failed(rp.handle)
+		sr.replica = nil
 	}
-	r.index.Insert(rp.target, req.Blocks, r.learnBlock)
-	r.kick(i)
+	if sr.retries >= r.w.cfg.Retries {
+		r.w.rejected(sr, r.idx, apierr.New(apierr.Upstream, "no replica could serve the request"))
+		return
+	}
+	sr.retries++
+	r.core.Submit(r.now(), sr.req)
+	r.scheduleExpire()
 }
 
-// learnBlock adds a block new to the region's index to the live digest.
-func (r *region) learnBlock(h uint64) {
-	r.digest.Add(h)
-	r.digestAdds++
-	r.digestDirty = true
-}
-
-// kick starts replica i's next engine step if it is idle and has work.
-func (r *region) kick(i int) {
-	rp := r.replicas[i]
-	if !rp.healthy || rp.eng.Busy() {
+// kick starts replica rp's next engine step if it is idle and has work.
+func (r *simRegion) kick(rp *replica) {
+	if rp.down > 0 || rp.eng.Busy() {
 		return
 	}
 	d, ok := rp.eng.BeginStep(r.now())
@@ -229,11 +191,21 @@ func (r *region) kick(i int) {
 	}
 	r.busy += d
 	r.w.series.busy(r.idx, r.w.now, d)
-	r.w.push(event{at: r.w.now + d, kind: evStepEnd, region: int32(r.idx), replica: int32(i), epoch: rp.epoch})
+	r.w.push(event{at: r.w.now + d, kind: evStepEnd, region: int32(r.idx), replica: r.replicaIndex(rp), epoch: rp.epoch})
 }
 
-// stepEnd applies a finished engine step and starts the next.
-func (r *region) stepEnd(i int, epoch uint32) {
+func (r *simRegion) replicaIndex(rp *replica) int32 {
+	for i, x := range r.replicas {
+		if x == rp {
+			return int32(i)
+		}
+	}
+	return -1
+}
+
+// stepEnd applies a finished engine step and starts the next; a freed slot
+// pumps the head of the queue, as the proxy does when a request ends.
+func (r *simRegion) stepEnd(i int, epoch uint32) {
 	rp := r.replicas[i]
 	if epoch != rp.epoch {
 		return // the engine crashed during the step
@@ -241,15 +213,15 @@ func (r *region) stepEnd(i int, epoch uint32) {
 	rp.eng.EndStep(r.now(), sink{r: r, rp: rp})
 	if r.needPump {
 		r.needPump = false
-		r.bal.PumpDepth(r.now(), r, 1)
+		r.core.PumpDepth(r.now(), 1)
 		r.scheduleExpire()
 	}
-	r.kick(i)
+	r.kick(rp)
 }
 
 // sink receives a replica's engine events.
 type sink struct {
-	r  *region
+	r  *simRegion
 	rp *replica
 }
 
@@ -261,77 +233,84 @@ func (k sink) Token(*engine.Sequence, time.Time) {}
 
 func (k sink) Finished(s *engine.Sequence, _ time.Time) {
 	sr := s.Data.(*simRequest)
-	k.rp.inflight--
-	k.r.service.Observe(k.r.w.now - sr.dispatched)
+	k.r.core.Finished(k.rp.handle, k.r.w.now-sr.dispatched)
+	sr.replica = nil
 	k.r.needPump = true
 	k.r.w.finish(sr, s)
 }
 
-// scrape refreshes the replicas' metrics as the proxy's scraper would.
-func (r *region) scrape() {
-	for _, rp := range r.replicas {
-		if !rp.healthy {
-			rp.scraped.waiting, rp.scraped.running, rp.scraped.kv = 0, 0, 0
+// checkLoad publishes the load summary to every peer when it is due; each
+// copy arrives one link delay later, unless the link loses it.
+func (r *simRegion) checkLoad() {
+	l := r.core.Load()
+	seq, due := r.loads.Due(r.now(), l)
+	if !due {
+		return
+	}
+	r.w.series.queue(r.idx, r.w.now, l.Queued)
+	for j := range r.w.regions {
+		if j != r.idx && !r.w.lost(r.idx, j) {
+			r.w.push(event{at: r.w.now + r.w.oneWay(r.idx, j), kind: evLoadArrive, region: int32(j), replica: int32(r.idx),
+				payload: loadMsg{seq: seq, load: l}})
+		}
+	}
+}
+
+// loadMsg is a load summary in flight.
+type loadMsg struct {
+	seq  uint64
+	load region.Load
+}
+
+// publishDigest sends a new digest generation to every peer over the
+// mesh's reliable channel: a fresh TCP connection (one RTT) and the
+// message (half of one).
+func (r *simRegion) publishDigest() {
+	d := r.core.Digest()
+	if d.Generation == r.sentGen {
+		return
+	}
+	r.sentGen = d.Generation
+	for j := range r.w.regions {
+		if j != r.idx {
+			r.w.push(event{at: r.w.now + r.w.oneWay(r.idx, j)*3, kind: evDigestArrive, region: int32(j), replica: int32(r.idx), payload: d})
+		}
+	}
+}
+
+// probeResult is a probe's outcome arriving back at the prober.
+type probeResult struct {
+	peer string
+	rtt  time.Duration
+	ok   bool
+}
+
+// probe pings every peer region once: the answer comes back after the
+// link's RTT (with jitter each way), or the probe times out if the link
+// lost it.
+func (r *simRegion) probe() {
+	for j := range r.w.regions {
+		if j == r.idx {
 			continue
 		}
-		rp.scraped.waiting, rp.scraped.running, rp.scraped.kv = rp.eng.Waiting(), rp.eng.Running(), rp.eng.KVUsage()
-	}
-	r.bal.Pump(r.now(), r)
-	r.scheduleExpire()
-}
-
-// concurrency is how many requests the region's healthy replicas serve at
-// once, as last scraped (at least one per replica).
-func (r *region) concurrency() int {
-	n := 0
-	for _, rp := range r.replicas {
-		if rp.healthy {
-			n += max(rp.scraped.running, 1)
+		res := probeResult{peer: r.w.regions[j].spec.Name}
+		if r.w.lost(r.idx, j) || r.w.lost(j, r.idx) {
+			r.w.push(event{at: r.w.now + probeTimeout, kind: evProbeResult, region: int32(r.idx), payload: res})
+			continue
 		}
+		res.rtt, res.ok = r.w.oneWay(r.idx, j)+r.w.oneWay(j, r.idx), true
+		r.w.push(event{at: r.w.now + res.rtt, kind: evProbeResult, region: int32(r.idx), payload: res})
 	}
-	return n
 }
 
-// summarize is the region's load summary as of now.
-func (r *region) summarize() *summary {
-	s := &summary{at: r.w.now, queued: r.bal.Len(), outstanding: r.bal.Len()}
-	local := policy.LocalRegion{Queued: r.bal.Len()}
-	for _, rp := range r.replicas {
-		s.outstanding += rp.inflight
-		if rp.healthy {
-			s.replicas++
-			s.slots += r.maxIn
-		}
-		local.Replicas = append(local.Replicas, policy.Replica{Healthy: rp.healthy, Waiting: rp.scraped.waiting,
-			Running: rp.scraped.running, InFlight: rp.inflight, MaxInFlight: r.maxIn, KVUsage: rp.scraped.kv})
-	}
-	local.PerRequestWait = policy.PerRequestWait(r.service.Value(), r.concurrency())
-	s.queueWait = local.QueueWait()
-	return s
-}
-
-// publishDigest returns the digest to send peers: a snapshot of the live
-// one, rebuilt from the index when stale blocks have piled up.
-func (r *region) publishDigest() *digest.Digest {
-	if r.digestAdds > r.digestCap {
-		r.digestGen++
-		r.digest = digest.Build(r.index, r.spec.Name, "", r.digestGen, r.digestCap, 0.01)
-		r.digestAdds = uint(r.index.Blocks())
-		r.digestDirty = true
-	}
-	if r.digestDirty || r.published == nil {
-		r.digestGen++
-		r.published = r.digest.Clone()
-		r.published.Generation = r.digestGen
-		r.digestDirty = false
-	}
-	return r.published
-}
+// probeTimeout is how long a lost probe takes to count as a failure
+// (memberlist's WAN probe timeout).
+const probeTimeout = 3 * time.Second
 
 // scheduleExpire makes sure an evExpire is queued for the balancer's
 // earliest deadline.
-func (r *region) scheduleExpire() {
-	d, ok := r.bal.NextDeadline()
+func (r *simRegion) scheduleExpire() {
+	d, ok := r.core.NextDeadline()
 	if !ok {
 		return
 	}
@@ -343,44 +322,37 @@ func (r *region) scheduleExpire() {
 	r.w.push(event{at: at, kind: evExpire, region: int32(r.idx)})
 }
 
-// crash takes replica i down: its engine and cache are lost; requests that
-// had not produced a token are retried through the balancer (as the proxy
-// retries before the first byte); streams already under way fail.
-func (r *region) crash(i int) {
+// crash takes replica i down: its engine and cache are lost. The proxy
+// learns it the way it would: the requests it had there fail (those that
+// had not streamed are routed again), dispatches to it are refused, and
+// its scrapes and health checks fail until it is ejected.
+func (r *simRegion) crash(i int) {
 	rp := r.replicas[i]
 	rp.down++
 	if rp.down > 1 {
 		return
 	}
-	rp.healthy = false
 	rp.epoch++
 	var lost []*simRequest
 	rp.eng.ForEach(func(s *engine.Sequence) { lost = append(lost, s.Data.(*simRequest)) })
 	r.preemptions += rp.eng.Stats().Preemptions
 	rp.eng = engine.New(rp.cfg)
-	rp.inflight = 0
-	rp.scraped.waiting, rp.scraped.running, rp.scraped.kv = 0, 0, 0
-	r.index.Forget(rp.target)
 	for _, sr := range lost {
 		if sr.firstToken >= 0 {
-			r.w.drop(sr, apierr.Upstream)
+			r.core.Failed(rp.handle)
+			sr.replica = nil
+			r.w.drop(sr, "failed_midstream")
 			continue
 		}
-		sr.retries++
-		r.bal.Submit(r.now(), sr.req, r)
+		r.failedBeforeFirstByte(sr)
 	}
-	r.scheduleExpire()
 }
 
-func (r *region) recover(i int) {
+// recover brings replica i back with an empty cache; health checks
+// re-admit it.
+func (r *simRegion) recover(i int) {
 	rp := r.replicas[i]
-	if rp.down == 0 {
-		return
-	}
-	rp.down--
-	if rp.down == 0 {
-		rp.healthy = true
-		r.bal.Pump(r.now(), r)
-		r.scheduleExpire()
+	if rp.down > 0 {
+		rp.down--
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"skywalker/internal/balancer"
 	"skywalker/internal/engine"
 	"skywalker/internal/policy"
+	"skywalker/internal/region"
 	"skywalker/internal/workload"
 )
 
@@ -67,11 +68,13 @@ type ScenarioBalancer struct {
 	MaxInFlight int           `yaml:"max_in_flight"`
 }
 
-// ScenarioControl tunes the simulated control plane.
+// ScenarioControl tunes the simulated control plane; every field defaults
+// to the product's own (region.DefaultControlPlane).
 type ScenarioControl struct {
-	Refresh        time.Duration `yaml:"refresh"`
+	LoadInterval   time.Duration `yaml:"load_interval"`
 	DigestInterval time.Duration `yaml:"digest_interval"`
 	Scrape         time.Duration `yaml:"scrape"`
+	ProbeInterval  time.Duration `yaml:"probe_interval"`
 	// MaxWANRTT is the WAN gate threshold (MAX_WAN_RTT_THRESHOLD_MS): links
 	// slower than this are closed to forwarding. Default 120 ms.
 	MaxWANRTT time.Duration `yaml:"max_wan_rtt"`
@@ -122,6 +125,7 @@ type ScenarioFault struct {
 	A        string        `yaml:"a"`
 	B        string        `yaml:"b"`
 	Ms       float64       `yaml:"ms"`
+	Loss     float64       `yaml:"loss"`
 }
 
 const maxScenarioBytes = 1 << 20
@@ -183,7 +187,8 @@ func (s *Scenario) validate() error {
 		}
 	}
 	check(s.Balancer.MaxQueue >= 0 && s.Balancer.MaxWait >= 0 && s.Balancer.MaxInFlight >= 0, "balancer values must not be negative")
-	check(s.Control.Refresh >= 0 && s.Control.DigestInterval >= 0 && s.Control.Scrape >= 0 && s.Control.MaxWANRTT >= 0, "control_plane intervals must not be negative")
+	check(s.Control.LoadInterval >= 0 && s.Control.DigestInterval >= 0 && s.Control.Scrape >= 0 && s.Control.ProbeInterval >= 0 && s.Control.MaxWANRTT >= 0,
+		"control_plane intervals must not be negative")
 	w := s.Workload
 	switch w.Kind {
 	case "diurnal":
@@ -213,8 +218,10 @@ func (s *Scenario) validate() error {
 			check(names[f.Region], "faults[%d].region %q is not a listed region", i, f.Region)
 		case RTTSpike:
 			check(names[f.A] && names[f.B] && f.A != f.B && f.Ms > 0, "faults[%d] (rtt-spike) needs regions a and b and a positive ms", i)
+		case LinkLoss:
+			check(names[f.A] && names[f.B] && f.A != f.B && f.Loss > 0 && f.Loss <= 1, "faults[%d] (link-loss) needs regions a and b and a loss in (0, 1]", i)
 		default:
-			errs = append(errs, fmt.Errorf("faults[%d].kind must be replica-crash, region-outage or rtt-spike, not %q", i, f.Kind))
+			errs = append(errs, fmt.Errorf("faults[%d].kind must be replica-crash, region-outage, rtt-spike or link-loss, not %q", i, f.Kind))
 		}
 		check(f.At >= 0 && f.Duration > 0, "faults[%d] needs at >= 0 and a positive duration", i)
 	}
@@ -234,7 +241,9 @@ func (s *Scenario) PolicyNames() []string {
 func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 	cfg := Config{Seed: s.Seed, SLO: s.SLO.TTFT, Jitter: time.Duration(s.JitterMs * float64(time.Millisecond)),
 		Balancer:    balancer.Config{MaxQueue: s.Balancer.MaxQueue, MaxWait: s.Balancer.MaxWait},
-		MaxInFlight: s.Balancer.MaxInFlight, Refresh: s.Control.Refresh, DigestInterval: s.Control.DigestInterval, Scrape: s.Control.Scrape}
+		MaxInFlight: s.Balancer.MaxInFlight, Control: region.ControlPlane{LoadInterval: s.Control.LoadInterval,
+			DigestInterval: s.Control.DigestInterval, ScrapeInterval: s.Control.Scrape, ProbeInterval: s.Control.ProbeInterval,
+			MaxWANRTT: s.Control.MaxWANRTT}}
 	pc := policy.DefaultConfig()
 	if s.Control.MaxWANRTT > 0 {
 		pc.Skywalker.MaxWANRTT = s.Control.MaxWANRTT
@@ -262,7 +271,7 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 	}
 	for _, f := range s.Faults {
 		cfg.Faults = append(cfg.Faults, Fault{Kind: FaultKind(f.Kind), At: f.At, Duration: f.Duration, Region: f.Region,
-			Replica: f.Replica, A: f.A, B: f.B, RTT: time.Duration(f.Ms * float64(time.Millisecond))})
+			Replica: f.Replica, A: f.A, B: f.B, RTT: time.Duration(f.Ms * float64(time.Millisecond)), Loss: f.Loss})
 	}
 	wl, err := s.workload(loads, trace)
 	return cfg, wl, err

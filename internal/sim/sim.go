@@ -8,7 +8,9 @@ import (
 	"skywalker/internal/apierr"
 	"skywalker/internal/digest"
 	"skywalker/internal/engine"
+	"skywalker/internal/mesh"
 	"skywalker/internal/request"
+	"skywalker/internal/results"
 	"skywalker/internal/workload"
 )
 
@@ -23,60 +25,27 @@ type world struct {
 	rng         *rand.Rand
 	src         workload.Source
 	srcDone     bool
-	regions     []*region
+	regions     []*simRegion
 	byName      map[string]int
 	baseRTT     [][]time.Duration
 	rtt         [][]time.Duration
-	gateRTT     time.Duration
+	loss        [][]float64
 	blockTokens int
 	live        map[*request.Request]*simRequest
 	outstanding int
 	lastArrival time.Duration
 	events      int64
-	collect     *collector
+	collect     *results.Collector
 	series      *series
 }
 
 // Run simulates cfg over the arrivals of src and returns the result. span
 // is the workload's arrival span (for time-series buckets); blockTokens is
 // the workload's tokens per prefix block.
-func Run(cfg Config, src workload.Source, span time.Duration, blockTokens int) (*Result, error) {
-	if err := cfg.withDefaults(); err != nil {
+func Run(cfg Config, src workload.Source, span time.Duration, blockTokens int) (*results.Result, error) {
+	w, err := newWorld(cfg, src, span, blockTokens)
+	if err != nil {
 		return nil, err
-	}
-	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51a)), src: src, byName: map[string]int{},
-		gateRTT: cfg.PolicyConfig.Skywalker.MaxWANRTT, blockTokens: blockTokens, live: map[*request.Request]*simRequest{}}
-	if bucket := cfg.Bucket; bucket > 0 {
-		w.series = newSeries(len(cfg.Regions), bucket)
-	} else {
-		w.series = newSeries(len(cfg.Regions), max(span/96, time.Second))
-	}
-	w.collect = newCollector(cfg)
-	w.baseRTT = cfg.RTT
-	w.rtt = make([][]time.Duration, len(cfg.RTT))
-	for i := range cfg.RTT {
-		w.rtt[i] = append([]time.Duration(nil), cfg.RTT[i]...)
-	}
-	for i, spec := range cfg.Regions {
-		if _, dup := w.byName[spec.Name]; dup {
-			return nil, fmt.Errorf("sim: region %s listed twice", spec.Name)
-		}
-		w.byName[spec.Name] = i
-		w.regions = append(w.regions, newRegion(w, i, spec))
-	}
-	for i := range w.regions {
-		// Stagger the periodic work so regions do not move in lockstep.
-		offset := time.Duration(i) * cfg.Scrape / time.Duration(len(w.regions))
-		w.push(event{at: offset, kind: evScrape, region: int32(i)})
-		w.push(event{at: offset, kind: evRefresh, region: int32(i)})
-		w.push(event{at: offset, kind: evDigestPublish, region: int32(i)})
-	}
-	for i, f := range cfg.Faults {
-		if err := w.checkFault(f); err != nil {
-			return nil, fmt.Errorf("sim: fault %d: %w", i, err)
-		}
-		w.push(event{at: f.At, kind: evFaultStart, payload: f})
-		w.push(event{at: f.At + f.Duration, kind: evFaultEnd, payload: f})
 	}
 	if err := w.pullArrival(); err != nil {
 		return nil, err
@@ -85,6 +54,63 @@ func Run(cfg Config, src workload.Source, span time.Duration, blockTokens int) (
 		return nil, err
 	}
 	return w.result(), nil
+}
+
+// newWorld builds the regions and schedules the periodic work and faults.
+func newWorld(cfg Config, src workload.Source, span time.Duration, blockTokens int) (*world, error) {
+	if err := cfg.withDefaults(); err != nil {
+		return nil, err
+	}
+	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51a)), src: src, byName: map[string]int{},
+		blockTokens: blockTokens, live: map[*request.Request]*simRequest{}, collect: results.NewCollector(cfg.SLO)}
+	bucket := cfg.Bucket
+	if bucket <= 0 {
+		bucket = max(span/96, time.Second)
+	}
+	w.series = newSeries(len(cfg.Regions), bucket)
+	w.baseRTT = cfg.RTT
+	w.rtt = make([][]time.Duration, len(cfg.RTT))
+	w.loss = make([][]float64, len(cfg.RTT))
+	for i := range cfg.RTT {
+		w.rtt[i] = append([]time.Duration(nil), cfg.RTT[i]...)
+		w.loss[i] = make([]float64, len(cfg.RTT))
+	}
+	for i, spec := range cfg.Regions {
+		if _, dup := w.byName[spec.Name]; dup {
+			return nil, fmt.Errorf("sim: region %s listed twice", spec.Name)
+		}
+		w.byName[spec.Name] = i
+		r, err := newSimRegion(w, i, spec)
+		if err != nil {
+			return nil, fmt.Errorf("sim: region %s: %w", spec.Name, err)
+		}
+		w.regions = append(w.regions, r)
+	}
+	// Every region has joined the mesh: its peers are members from the
+	// start, with no load data and no RTT samples yet.
+	for _, r := range w.regions {
+		for _, p := range w.regions {
+			if p != r {
+				r.table.Join(p.spec.Name, mesh.Meta{Region: p.spec.Name, Jurisdiction: p.spec.Jurisdiction})
+			}
+		}
+	}
+	cp := cfg.Control
+	for i := range w.regions {
+		// Stagger the periodic work so regions do not move in lockstep.
+		offset := time.Duration(i) * cp.ScrapeInterval / time.Duration(len(w.regions))
+		for _, kind := range []eventKind{evScrape, evHealth, evPump, evLoadCheck, evDigestPublish, evProbe} {
+			w.push(event{at: offset, kind: kind, region: int32(i)})
+		}
+	}
+	for i, f := range cfg.Faults {
+		if err := w.checkFault(f); err != nil {
+			return nil, fmt.Errorf("sim: fault %d: %w", i, err)
+		}
+		w.push(event{at: f.At, kind: evFaultStart, payload: f})
+		w.push(event{at: f.At + f.Duration, kind: evFaultEnd, payload: f})
+	}
+	return w, nil
 }
 
 func (w *world) clock(d time.Duration) time.Time { return epoch.Add(d) }
@@ -98,6 +124,12 @@ func (w *world) oneWay(a, b int) time.Duration {
 		d += time.Duration(w.rng.Int64N(int64(w.cfg.Jitter) + 1))
 	}
 	return d
+}
+
+// lost reports whether the link from a to b loses one packet now.
+func (w *world) lost(a, b int) bool {
+	p := w.loss[a][b]
+	return p > 0 && w.rng.Float64() < p
 }
 
 func (w *world) pullArrival() error {
@@ -115,10 +147,15 @@ func (w *world) pullArrival() error {
 	return nil
 }
 
+// every reschedules a periodic event of region r.
+func (w *world) every(kind eventKind, r int32, interval time.Duration) {
+	w.push(event{at: w.now + interval, kind: kind, region: r})
+}
+
 func (w *world) loop() error {
 	for w.q.len() > 0 {
 		if w.srcDone && w.outstanding == 0 {
-			return nil
+			break
 		}
 		e := w.q.pop()
 		if w.cfg.Drain > 0 && w.srcDone && e.at > w.lastArrival+w.cfg.Drain {
@@ -126,116 +163,164 @@ func (w *world) loop() error {
 		}
 		w.now = e.at
 		w.events++
-		r := (*region)(nil)
-		if int(e.region) < len(w.regions) {
-			r = w.regions[e.region]
-		}
-		switch e.kind {
-		case evArrival:
-			w.lastArrival = w.now
-			w.arrive(e.req, r)
-			if err := w.pullArrival(); err != nil {
-				return err
-			}
-		case evForwardArrive:
-			e.req.req.Forwarded = true
-			r.bal.Submit(r.now(), e.req.req, r)
-			r.scheduleExpire()
-		case evStepEnd:
-			r.stepEnd(int(e.replica), e.epoch)
-		case evScrape:
-			r.scrape()
-			w.push(event{at: w.now + w.cfg.Scrape, kind: evScrape, region: e.region})
-		case evRefresh:
-			s := r.summarize()
-			w.series.queue(r.idx, w.now, s.queued)
-			for j := range w.regions {
-				if j != r.idx {
-					w.push(event{at: w.now + w.oneWay(r.idx, j), kind: evSummaryArrive, region: int32(j), replica: e.region, payload: s})
-				}
-			}
-			w.push(event{at: w.now + w.cfg.Refresh, kind: evRefresh, region: e.region})
-		case evSummaryArrive:
-			s := e.payload.(*summary)
-			ps := &r.peers[e.replica]
-			if ps.summary == nil || s.at > ps.summary.at {
-				ps.summary = s
-				r.bal.Pump(r.now(), r)
-				r.scheduleExpire()
-			}
-		case evDigestPublish:
-			d := r.publishDigest()
-			for j := range w.regions {
-				if j != r.idx {
-					w.push(event{at: w.now + w.oneWay(r.idx, j), kind: evDigestArrive, region: int32(j), replica: e.region, payload: d})
-				}
-			}
-			w.push(event{at: w.now + w.cfg.DigestInterval, kind: evDigestPublish, region: e.region})
-		case evDigestArrive:
-			d := e.payload.(*digest.Digest)
-			ps := &r.peers[e.replica]
-			if ps.digest == nil || d.Generation > ps.digest.Generation {
-				ps.digest = d
-			}
-		case evExpire:
-			if r.expireAt == w.now {
-				r.expireAt = -1
-			}
-			r.bal.Expire(r.now(), r)
-			r.scheduleExpire()
-		case evFaultStart:
-			w.fault(e.payload.(Fault), true)
-		case evFaultEnd:
-			w.fault(e.payload.(Fault), false)
+		if err := w.handle(e); err != nil {
+			return err
 		}
 	}
 	// Whatever is still outstanding when the run stops is counted, not hidden.
 	for _, sr := range w.live {
-		w.collect.drop(sr, "unfinished")
+		w.collect.Add(w.sample(sr, "unfinished"))
 	}
 	return nil
 }
 
-func (w *world) arrive(sr *simRequest, r *region) {
+// handle runs one event at w.now.
+func (w *world) handle(e event) error {
+	cp := w.cfg.Control
+	var r *simRegion
+	if int(e.region) < len(w.regions) {
+		r = w.regions[e.region]
+	}
+	switch e.kind {
+	case evArrival:
+		w.lastArrival = w.now
+		w.arrive(e.req, r)
+		return w.pullArrival()
+	case evForwardArrive:
+		e.req.req.Forwarded = true
+		r.core.Submit(r.now(), e.req.req)
+		r.scheduleExpire()
+	case evForwardFailed:
+		w.forwardFailed(e.req, r, e.payload.(*apierr.Error))
+	case evForwardDone:
+		r.core.ForwardDone(e.payload.(string))
+	case evRefused:
+		r.failedBeforeFirstByte(e.req)
+	case evStepEnd:
+		r.stepEnd(int(e.replica), e.epoch)
+	case evScrape:
+		r.scrape()
+		w.every(evScrape, e.region, cp.ScrapeInterval)
+	case evHealth:
+		r.healthCheck()
+		w.every(evHealth, e.region, cp.HealthInterval)
+	case evPump:
+		r.pump()
+		w.every(evPump, e.region, cp.PumpInterval)
+	case evLoadCheck:
+		r.checkLoad()
+		w.every(evLoadCheck, e.region, cp.LoadCheck)
+	case evLoadArrive:
+		msg := e.payload.(loadMsg)
+		r.table.ObserveLoad(w.regions[e.replica].spec.Name, msg.seq, msg.load, r.now())
+	case evDigestPublish:
+		r.publishDigest()
+		w.every(evDigestPublish, e.region, cp.DigestInterval)
+	case evDigestArrive:
+		r.table.ObserveDigest(w.regions[e.replica].spec.Name, e.payload.(*digest.Digest), r.now())
+	case evProbe:
+		r.probe()
+		w.every(evProbe, e.region, cp.ProbeInterval)
+	case evProbeResult:
+		p := e.payload.(probeResult)
+		r.table.ObserveProbe(p.peer, p.rtt, p.ok, r.now())
+	case evExpire:
+		if r.expireAt == w.now {
+			r.expireAt = -1
+		}
+		r.core.Expire(r.now())
+		r.scheduleExpire()
+	case evFaultStart:
+		w.fault(e.payload.(Fault), true)
+	case evFaultEnd:
+		w.fault(e.payload.(Fault), false)
+	}
+	return nil
+}
+
+func (w *world) arrive(sr *simRequest, r *simRegion) {
 	w.live[sr.req] = sr
 	w.outstanding++
 	sr.req.Arrival = w.clock(w.now)
-	w.collect.arrival(sr)
 	w.series.arrival(r.idx, w.now)
-	r.bal.Submit(r.now(), sr.req, r)
+	r.core.Submit(r.now(), sr.req)
 	r.scheduleExpire()
 }
 
-// forward sends a request across the WAN; it arrives half an RTT later.
+// forward sends a request across the WAN; it arrives one link delay later.
 func (w *world) forward(sr *simRequest, from, to int) {
-	sr.forwarded = true
 	w.series.forward(from, w.now)
 	w.push(event{at: w.now + w.oneWay(from, to), kind: evForwardArrive, region: int32(to), req: sr})
 }
 
+// rejected ends a request the balancer of region at refused. A request
+// forwarded in goes back to its ingress, which retries a 5xx locally (as
+// the proxy retries a failed forward) or passes the error on.
+func (w *world) rejected(sr *simRequest, at int, err *apierr.Error) {
+	if at != sr.ingress && sr.forwardedTo == at {
+		w.push(event{at: w.now + w.oneWay(at, sr.ingress), kind: evForwardFailed, region: int32(sr.ingress), req: sr, payload: err})
+		return
+	}
+	w.drop(sr, string(err.Code))
+}
+
+// forwardFailed handles a peer's refusal at the ingress r.
+func (w *world) forwardFailed(sr *simRequest, r *simRegion, err *apierr.Error) {
+	r.core.ForwardDone(w.regions[sr.forwardedTo].spec.Name)
+	sr.forwardedTo = -1
+	if err.Status() < 500 || sr.retries >= w.cfg.Retries {
+		w.drop(sr, string(err.Code))
+		return
+	}
+	sr.retries++
+	sr.req.Forwarded = true // the peer failed: serve it here
+	r.core.Submit(r.now(), sr.req)
+	r.scheduleExpire()
+}
+
 // finish records a completed request. The client sees the first token and
-// the end half an RTT later if another region served it.
+// the end one link delay later if another region served it, and the
+// ingress's forward ends then.
 func (w *world) finish(sr *simRequest, s *engine.Sequence) {
 	back := time.Duration(0)
 	if sr.served != sr.ingress {
 		back = w.oneWay(sr.served, sr.ingress)
 	}
-	w.collect.complete(sr, s, sr.firstToken+back-sr.arrival, w.now+back-sr.arrival)
+	if sr.forwardedTo >= 0 {
+		w.push(event{at: w.now + back, kind: evForwardDone, region: int32(sr.ingress), payload: w.regions[sr.forwardedTo].spec.Name})
+	}
+	smp := w.sample(sr, "")
+	smp.TTFT = sr.firstToken + back - sr.arrival
+	smp.End = w.now + back
+	smp.OutputTokens, smp.CachedTokens = s.Generated, s.CachedTokens
+	w.collect.Add(smp)
 	w.settle(sr)
+}
+
+// sample is what the client of sr saw, for a request that ended with
+// reason (or completed, when reason is empty).
+func (w *world) sample(sr *simRequest, reason string) results.Sample {
+	s := results.Sample{Ingress: w.regions[sr.ingress].spec.Name, Start: sr.arrival, PromptTokens: sr.req.PromptTokens,
+		Retried: sr.retries > 0, Dropped: reason}
+	if reason == "" {
+		s.Served = w.regions[sr.served].spec.Name
+		s.Held = sr.dispatched - sr.arrival
+	}
+	return s
 }
 
 // settle forgets a request that completed or was dropped.
 func (w *world) settle(sr *simRequest) {
-	if sr.forwardedTo >= 0 {
-		f := &w.regions[sr.ingress].forwarding[sr.forwardedTo]
-		*f = max(*f-1, 0)
-	}
 	delete(w.live, sr.req)
 	w.outstanding--
 }
 
-func (w *world) drop(sr *simRequest, code apierr.Code) {
-	w.collect.drop(sr, string(code))
+func (w *world) drop(sr *simRequest, reason string) {
+	if sr.forwardedTo >= 0 {
+		// Whatever ends a forwarded request ends the ingress's forward.
+		w.push(event{at: w.now, kind: evForwardDone, region: int32(sr.ingress), payload: w.regions[sr.forwardedTo].spec.Name})
+	}
+	w.collect.Add(w.sample(sr, reason))
 	w.settle(sr)
 }
 
@@ -252,11 +337,17 @@ func (w *world) checkFault(f Fault) error {
 		if f.Kind == ReplicaCrash && (f.Replica < 0 || f.Replica >= len(w.regions[i].replicas)) {
 			return fmt.Errorf("%s: region %s has no replica %d", f.Kind, f.Region, f.Replica)
 		}
-	case RTTSpike:
+	case RTTSpike, LinkLoss:
 		_, okA := w.byName[f.A]
 		_, okB := w.byName[f.B]
-		if !okA || !okB || f.A == f.B || f.RTT <= 0 {
-			return fmt.Errorf("rtt-spike needs two different known regions and a positive RTT")
+		if !okA || !okB || f.A == f.B {
+			return fmt.Errorf("%s needs two different known regions", f.Kind)
+		}
+		if f.Kind == RTTSpike && f.RTT <= 0 {
+			return fmt.Errorf("rtt-spike needs a positive RTT")
+		}
+		if f.Kind == LinkLoss && (f.Loss <= 0 || f.Loss > 1) {
+			return fmt.Errorf("link-loss needs a loss in (0, 1]")
 		}
 	default:
 		return fmt.Errorf("unknown fault kind %q", f.Kind)
@@ -285,5 +376,12 @@ func (w *world) fault(f Fault, start bool) {
 			rtt = f.RTT
 		}
 		w.rtt[a][b], w.rtt[b][a] = rtt, rtt
+	case LinkLoss:
+		a, b := w.byName[f.A], w.byName[f.B]
+		loss := 0.0
+		if start {
+			loss = f.Loss
+		}
+		w.loss[a][b], w.loss[b][a] = loss, loss
 	}
 }

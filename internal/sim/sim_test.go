@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"skywalker/internal/engine"
+	"skywalker/internal/region"
+	"skywalker/internal/results"
 	"skywalker/internal/workload"
 	"skywalker/scenarios"
 )
@@ -92,7 +94,7 @@ func oneRegion(t testing.TB, policyName string, replicas int, rps float64, tenan
 	return cfg, d
 }
 
-func runOne(t testing.TB, cfg Config, d workload.Diurnal) *Result {
+func runOne(t testing.TB, cfg Config, d workload.Diurnal) *results.Result {
 	t.Helper()
 	src, err := d.Source()
 	if err != nil {
@@ -203,23 +205,9 @@ func TestFaultsLoseNothingSilently(t *testing.T) {
 		if r.Completed+r.Dropped != r.Requests {
 			t.Errorf("%s: %d + %d != %d", r.Policy, r.Completed, r.Dropped, r.Requests)
 		}
-		if r.Retried == 0 && r.Drops["upstream_error"] == 0 {
+		if r.Retried == 0 && r.Drops["upstream_error"] == 0 && r.Drops["failed_midstream"] == 0 {
 			t.Errorf("%s: crashes mid-run touched no request", r.Policy)
 		}
-	}
-}
-
-func TestRTTSpikeClosesTheGate(t *testing.T) {
-	s := scenario(t, "burst")
-	s.Workload.Duration = 20 * time.Minute
-	s.Faults = []ScenarioFault{{Kind: "rtt-spike", A: "us-east", B: "eu-west", At: 0, Duration: time.Hour, Ms: 500},
-		{Kind: "rtt-spike", A: "us-east", B: "ap-east", At: 0, Duration: time.Hour, Ms: 500}}
-	rep, err := Compare(s, Options{Policies: []string{"skywalker"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if us := rep.Results[0].Regions["us-east"]; us.ForwardedOut != 0 {
-		t.Errorf("us-east forwarded %d requests over links at 500 ms", us.ForwardedOut)
 	}
 }
 
@@ -274,4 +262,156 @@ func BenchmarkSimulatorEvents(b *testing.B) {
 		events += rep.Results[0].Events
 	}
 	b.ReportMetric(float64(events)/time.Since(start).Seconds(), "events/s")
+}
+
+// runUntil runs a world's events up to virtual time end.
+func runUntil(t *testing.T, w *world, end time.Duration) {
+	t.Helper()
+	for w.q.len() > 0 && w.q.items[0].at <= end {
+		e := w.q.pop()
+		w.now = e.at
+		if err := w.handle(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.now = end
+}
+
+// burstWorld is the burst scenario's world under skywalker with
+// one-second series buckets and the given faults.
+func burstWorld(t *testing.T, faults ...ScenarioFault) *world {
+	t.Helper()
+	s := scenario(t, "burst")
+	s.Faults = faults
+	cfg, wl, err := s.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy, cfg.Bucket = "skywalker", time.Second
+	src, err := wl.Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWorld(cfg, src, wl.Span, wl.BlockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.pullArrival(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// forwardsBetween counts requests region r forwarded in [from, to).
+func forwardsBetween(w *world, r int, from, to time.Duration) int {
+	n := 0
+	for b, c := range w.series.Forwarded[r] {
+		if at := time.Duration(b) * w.series.Bucket; at >= from && at < to {
+			n += c
+		}
+	}
+	return n
+}
+
+// TestTheGateIsTheProductsGate: the simulator's regions see an RTT spike
+// the way the proxy does, through probes and the mesh's gate with its
+// hysteresis, not from the true RTT matrix: forwarding stops within a
+// probe of the spike, and resumes only after ReopenSamples good probes.
+func TestTheGateIsTheProductsGate(t *testing.T) {
+	const spikeAt, spikeEnd = 12 * time.Minute, 18 * time.Minute
+	w := burstWorld(t,
+		ScenarioFault{Kind: "rtt-spike", A: "us-east", B: "eu-west", At: spikeAt, Duration: spikeEnd - spikeAt, Ms: 500},
+		ScenarioFault{Kind: "rtt-spike", A: "us-east", B: "ap-east", At: spikeAt, Duration: spikeEnd - spikeAt, Ms: 500})
+	cp := w.cfg.Control
+	closedBy := spikeAt + cp.ProbeInterval + 500*time.Millisecond + cp.PumpInterval
+	runUntil(t, w, spikeAt+cp.ProbeInterval/2)
+	if p := w.regions[0].core.Peers(); len(p) != 2 || !p[1].GateOpen {
+		t.Fatalf("half a probe into the spike the gate to eu-west is already %+v: the simulator knows more than the proxy", p)
+	}
+	runUntil(t, w, 25*time.Minute)
+	if n := forwardsBetween(w, 0, 10*time.Minute, spikeAt); n == 0 {
+		t.Fatal("us-east forwarded nothing during its burst before the spike: the test shows nothing")
+	}
+	if n := forwardsBetween(w, 0, closedBy+time.Second, spikeEnd); n != 0 {
+		t.Errorf("us-east forwarded %d requests over 500 ms links after its gates should have closed", n)
+	}
+	reopened := spikeEnd + time.Duration(cp.ReopenSamples+1)*cp.ProbeInterval
+	if n := forwardsBetween(w, 0, spikeEnd, spikeEnd+time.Duration(cp.ReopenSamples-1)*cp.ProbeInterval); n != 0 {
+		t.Errorf("us-east forwarded %d requests before %d good probes could reopen its gates", n, cp.ReopenSamples)
+	}
+	if n := forwardsBetween(w, 0, reopened, 25*time.Minute); n == 0 {
+		t.Error("us-east never forwarded again after the spike ended")
+	}
+}
+
+// TestALossyLinkClosesTheGateAndStalesItsData: with every packet lost,
+// probes time out (closing the gate on loss) and load summaries stop (the
+// peer's data goes stale and it counts as unavailable).
+func TestALossyLinkClosesTheGateAndStalesItsData(t *testing.T) {
+	const lossAt = 12 * time.Minute
+	w := burstWorld(t,
+		ScenarioFault{Kind: "link-loss", A: "us-east", B: "eu-west", At: lossAt, Duration: time.Hour, Loss: 1},
+		ScenarioFault{Kind: "link-loss", A: "us-east", B: "ap-east", At: lossAt, Duration: time.Hour, Loss: 1})
+	cp := w.cfg.Control
+	runUntil(t, w, lossAt+cp.MaxDataAge+cp.LoadInterval+cp.PumpInterval)
+	for _, p := range w.regions[0].core.Peers() {
+		if p.Healthy {
+			t.Errorf("%s still healthy with data %v old after every summary was lost", p.Region, p.DataAge)
+		}
+	}
+	runUntil(t, w, lossAt+cp.ProbeInterval+3*time.Second+cp.PumpInterval)
+	for _, p := range w.regions[0].core.Peers() {
+		if p.GateOpen || !strings.Contains(p.Gate, "loss") {
+			t.Errorf("gate to %s: open %v (%s), want closed for loss once a probe timed out", p.Region, p.GateOpen, p.Gate)
+		}
+	}
+	runUntil(t, w, 25*time.Minute)
+	if n := forwardsBetween(w, 0, lossAt+cp.MaxDataAge+time.Second, 25*time.Minute); n != 0 {
+		t.Errorf("us-east forwarded %d requests over links that lose everything", n)
+	}
+}
+
+// TestPeersSeeTheProductsStaleness: load summaries arrive every
+// LoadInterval (or sooner) plus a link delay, and age from their arrival,
+// as in the mesh; digests arrive every DigestInterval.
+func TestPeersSeeTheProductsStaleness(t *testing.T) {
+	w := burstWorld(t)
+	cp := w.cfg.Control
+	var worstAge time.Duration
+	for at := time.Minute; at < 3*time.Minute; at += 37 * time.Millisecond {
+		runUntil(t, w, at)
+		for _, p := range w.regions[0].table.Peers(w.clock(w.now)) {
+			worstAge = max(worstAge, p.DataAge)
+			if p.Digest == nil {
+				t.Fatalf("no digest from %s after a minute", p.Region)
+			}
+		}
+	}
+	if worstAge > cp.LoadInterval+cp.LoadCheck+10*time.Millisecond || worstAge < cp.LoadInterval-cp.LoadCheck-10*time.Millisecond {
+		t.Errorf("worst peer data age %v; summaries go out every %v (checked every %v)", worstAge, cp.LoadInterval, cp.LoadCheck)
+	}
+}
+
+// TestACrashedReplicaIsFoundAsTheProxyFindsIt: the region does not know
+// a replica died; its requests fail, dispatches are refused, health checks
+// fail, and the passive rule ejects it; after it recovers, two passed
+// health checks re-admit it.
+func TestACrashedReplicaIsFoundAsTheProxyFindsIt(t *testing.T) {
+	const crashAt, back = 5 * time.Minute, 7 * time.Minute
+	w := burstWorld(t, ScenarioFault{Kind: "replica-crash", Region: "eu-west", Replica: 1, At: crashAt, Duration: back - crashAt})
+	cp := w.cfg.Control
+	eu := w.regions[1]
+	h := eu.replicas[1].handle
+	runUntil(t, w, crashAt-time.Millisecond)
+	if !h.Healthy() {
+		t.Fatal("healthy replica ejected before its crash")
+	}
+	runUntil(t, w, crashAt+time.Duration(region.DefaultEjectAfter)*cp.HealthInterval+cp.HealthInterval/2)
+	if h.Healthy() {
+		t.Fatal("a dead replica is still in service after EjectAfter failed health checks")
+	}
+	runUntil(t, w, back+time.Duration(region.DefaultReadmitAfter+1)*cp.HealthInterval)
+	if !h.Healthy() {
+		t.Error("a recovered replica was not re-admitted by its health checks")
+	}
 }

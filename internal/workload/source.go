@@ -43,6 +43,27 @@ func (s *SliceSource) Next() (Arrival, bool) {
 	return a, true
 }
 
+// Limit stops src after n arrivals (n <= 0: no limit).
+func Limit(src Source, n int) Source {
+	if n <= 0 {
+		return src
+	}
+	return &limitSource{src: src, left: n}
+}
+
+type limitSource struct {
+	src  Source
+	left int
+}
+
+func (l *limitSource) Next() (Arrival, bool) {
+	if l.left <= 0 {
+		return Arrival{}, false
+	}
+	l.left--
+	return l.src.Next()
+}
+
 // ErrNoTraces is returned when the shared traces directory cannot be found.
 var ErrNoTraces = errors.New("trace directory not found (set SKYWALKER_TRACES to the folder holding the traces)")
 

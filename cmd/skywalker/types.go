@@ -1,8 +1,0 @@
-package main
-
-import "skywalker/internal/workload"
-
-type (
-	workloadSource  = workload.Source
-	workloadArrival = workload.Arrival
-)

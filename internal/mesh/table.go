@@ -1,0 +1,232 @@
+package mesh
+
+import (
+	"sort"
+	"strconv"
+	"time"
+
+	"skywalker/internal/digest"
+	"skywalker/internal/region"
+)
+
+// Meta is what a node tells the cluster about itself (memberlist's node
+// metadata).
+type Meta struct {
+	Region       string
+	Jurisdiction string
+	APIAddr      string // the proxy's HTTP address peers forward to
+	Version      string
+}
+
+// Table is what one node knows of the others: their metadata, their newest
+// load summaries and digests with when each arrived, and the link (RTT,
+// loss, WAN gate) to every peer region. Peers turns it into the routing
+// view's peers. It is pure — time is an argument — and not safe for
+// concurrent use: Mesh guards it with its lock and feeds it what arrives
+// over memberlist; the simulator gives every region one and feeds it what
+// its simulated links deliver, so both see peers through the same rules
+// (freshness, aggregation over a region's nodes, the gate).
+type Table struct {
+	self       string // this node's region
+	params     GateParams
+	maxDataAge time.Duration
+	nodes      map[string]*nodeState
+	links      map[string]*Gate // by peer region
+	unions     map[string]*unionCache
+	probeAt    map[string]int // round-robin cursor per peer region
+}
+
+type nodeState struct {
+	name     string
+	meta     Meta
+	load     region.Load
+	loadSeq  uint64
+	loadAt   time.Time // when the newest summary arrived; zero before one
+	digest   *digest.Digest
+	digestAt time.Time
+}
+
+type unionCache struct {
+	key    string
+	digest *digest.Digest
+}
+
+// NewTable returns an empty table for a node of region self.
+func NewTable(self string, cp region.ControlPlane) *Table {
+	return &Table{self: self, params: GateParamsFrom(cp), maxDataAge: cp.MaxDataAge, nodes: map[string]*nodeState{},
+		links: map[string]*Gate{}, unions: map[string]*unionCache{}, probeAt: map[string]int{}}
+}
+
+// Join records a live node (or new metadata for one) and reports whether
+// it was new.
+func (t *Table) Join(name string, m Meta) bool {
+	n := t.nodes[name]
+	if n == nil {
+		t.nodes[name] = &nodeState{name: name, meta: m}
+		return true
+	}
+	n.meta = m
+	return false
+}
+
+// Leave forgets a node that left or died.
+func (t *Table) Leave(name string) { delete(t.nodes, name) }
+
+// NodeRegion is the region of a known node, or "".
+func (t *Table) NodeRegion(name string) string {
+	if n := t.nodes[name]; n != nil {
+		return n.meta.Region
+	}
+	return ""
+}
+
+// ObserveLoad records a load summary that arrived from node at now; it is
+// kept only if newer (by sequence) than the one held. It reports whether
+// it was kept.
+func (t *Table) ObserveLoad(node string, seq uint64, l region.Load, now time.Time) bool {
+	n := t.nodes[node]
+	if n == nil || seq <= n.loadSeq {
+		return false
+	}
+	n.load, n.loadSeq, n.loadAt = l, seq, now
+	return true
+}
+
+// ObserveDigest records a digest from node; it is kept only if it is of
+// the node's own region and of a newer generation.
+func (t *Table) ObserveDigest(node string, d *digest.Digest, now time.Time) bool {
+	n := t.nodes[node]
+	if n == nil || d.Region != n.meta.Region || (n.digest != nil && d.Generation <= n.digest.Generation) {
+		return false
+	}
+	n.digest, n.digestAt = d, now
+	return true
+}
+
+// Digest is the newest digest held from node, or nil.
+func (t *Table) Digest(node string) *digest.Digest {
+	if n := t.nodes[node]; n != nil {
+		return n.digest
+	}
+	return nil
+}
+
+// ObserveProbe folds one probe of the link to peerRegion into its gate and
+// returns the gate and whether it opened or closed.
+func (t *Table) ObserveProbe(peerRegion string, rtt time.Duration, ok bool, now time.Time) (*Gate, bool) {
+	g := t.links[peerRegion]
+	if g == nil {
+		g = NewGate()
+		t.links[peerRegion] = g
+	}
+	was := g.Open()
+	g.Observe(rtt, ok, now, t.params)
+	return g, g.Open() != was
+}
+
+// ProbeTargets returns one node of every peer region to probe, taking the
+// region's nodes in turn, sorted by name.
+func (t *Table) ProbeTargets() []string {
+	byRegion := t.byRegion()
+	var targets []string
+	for reg, nodes := range byRegion {
+		i := t.probeAt[reg] % len(nodes)
+		t.probeAt[reg] = i + 1
+		targets = append(targets, nodes[i].name)
+	}
+	sort.Strings(targets)
+	return targets
+}
+
+// byRegion groups peer nodes by region, each group sorted by name.
+func (t *Table) byRegion() map[string][]*nodeState {
+	out := map[string][]*nodeState{}
+	for _, n := range t.nodes {
+		if n.meta.Region != t.self {
+			out[n.meta.Region] = append(out[n.meta.Region], n)
+		}
+	}
+	for _, nodes := range out {
+		sort.Slice(nodes, func(i, j int) bool { return nodes[i].name < nodes[j].name })
+	}
+	return out
+}
+
+// Peers returns every peer region known, sorted by name, as of now. A node
+// whose newest load summary arrived more than MaxDataAge ago counts as
+// unavailable, not idle; a region with no fresh node is unhealthy.
+func (t *Table) Peers(now time.Time) []region.Peer {
+	byRegion := t.byRegion()
+	names := make([]string, 0, len(byRegion))
+	for r := range byRegion {
+		names = append(names, r)
+	}
+	sort.Strings(names)
+	peers := make([]region.Peer, 0, len(names))
+	for _, name := range names {
+		nodes := byRegion[name]
+		p := region.Peer{Region: name, Jurisdiction: nodes[0].meta.Jurisdiction, DataAge: -1}
+		var fresh []*nodeState
+		for _, n := range nodes {
+			if n.loadAt.IsZero() {
+				continue
+			}
+			age := now.Sub(n.loadAt)
+			if p.DataAge < 0 || age < p.DataAge {
+				p.DataAge = age
+			}
+			if age > t.maxDataAge {
+				continue
+			}
+			fresh = append(fresh, n)
+			p.APIAddrs = append(p.APIAddrs, n.meta.APIAddr)
+			l := n.load
+			p.Load.Queued += l.Queued
+			p.Load.Outstanding += l.Outstanding
+			p.Load.Replicas = max(p.Load.Replicas, l.Replicas)
+			p.Load.Slots = max(p.Load.Slots, l.Slots)
+			p.Load.QueueWait = max(p.Load.QueueWait, l.QueueWait)
+			p.Load.Prefill = l.Prefill
+		}
+		p.DataAge = max(p.DataAge, 0)
+		p.Nodes = len(fresh)
+		p.Healthy = len(fresh) > 0
+		if g := t.links[name]; g != nil {
+			p.RTT, p.Loss, p.GateOpen, p.Gate = g.RTT(), g.Loss(), g.Open(), g.Reason()
+		} else {
+			p.Gate = "no RTT samples yet"
+		}
+		p.Digest = t.union(name, fresh)
+		peers = append(peers, p)
+	}
+	return peers
+}
+
+// union returns the merged digest of nodes, cached until one changes.
+func (t *Table) union(reg string, nodes []*nodeState) *digest.Digest {
+	key := ""
+	var parts []*digest.Digest
+	for _, n := range nodes {
+		if n.digest != nil {
+			key += n.name + "@" + strconv.FormatUint(n.digest.Generation, 10) + ","
+			parts = append(parts, n.digest)
+		}
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	if c := t.unions[reg]; c != nil && c.key == key {
+		return c.digest
+	}
+	u := parts[0]
+	if len(parts) > 1 {
+		u = parts[0].Clone()
+		for _, d := range parts[1:] {
+			if err := u.Merge(d); err != nil {
+				continue // digests of another size: the first still matches
+			}
+		}
+	}
+	t.unions[reg] = &unionCache{key: key, digest: u}
+	return u
+}

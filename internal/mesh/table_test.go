@@ -1,0 +1,108 @@
+package mesh
+
+import (
+	"testing"
+	"time"
+
+	"skywalker/internal/digest"
+	"skywalker/internal/region"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestTablePeersAggregateFreshNodes(t *testing.T) {
+	tb := NewTable("us-east", region.DefaultControlPlane())
+	tb.Join("eu-1", Meta{Region: "eu-west", Jurisdiction: "eu", APIAddr: "http://eu-1"})
+	tb.Join("eu-2", Meta{Region: "eu-west", Jurisdiction: "eu", APIAddr: "http://eu-2"})
+	tb.Join("ap-1", Meta{Region: "ap-east", Jurisdiction: "ap", APIAddr: "http://ap-1"})
+	tb.Join("us-2", Meta{Region: "us-east", APIAddr: "http://us-2"}) // same region: not a peer
+
+	if !tb.ObserveLoad("eu-1", 1, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256, QueueWait: 50 * time.Millisecond}, t0) ||
+		!tb.ObserveLoad("eu-2", 5, region.Load{Queued: 2, Outstanding: 7, Replicas: 4, Slots: 256, QueueWait: 80 * time.Millisecond}, t0.Add(time.Second)) {
+		t.Fatal("fresh summaries refused")
+	}
+	if tb.ObserveLoad("eu-2", 4, region.Load{Queued: 99}, t0.Add(time.Second)) {
+		t.Error("an older summary (by sequence) replaced a newer one")
+	}
+	if tb.ObserveLoad("nobody", 1, region.Load{}, t0) {
+		t.Error("a summary from an unknown node was kept")
+	}
+
+	peers := tb.Peers(t0.Add(1500 * time.Millisecond))
+	if len(peers) != 2 || peers[0].Region != "ap-east" || peers[1].Region != "eu-west" {
+		t.Fatalf("peers %+v: want ap-east and eu-west, sorted", peers)
+	}
+	ap, eu := peers[0], peers[1]
+	if ap.Healthy || ap.Gate != "no RTT samples yet" {
+		t.Errorf("ap-east without data: healthy %v gate %q", ap.Healthy, ap.Gate)
+	}
+	if !eu.Healthy || eu.Nodes != 2 || eu.Load.Queued != 5 || eu.Load.Outstanding != 17 || eu.Load.Replicas != 4 ||
+		eu.Load.QueueWait != 80*time.Millisecond || eu.DataAge != 500*time.Millisecond || len(eu.APIAddrs) != 2 {
+		t.Errorf("eu-west %+v: want both nodes summed (queues, outstanding), the largest replicas and wait, the newest age", eu)
+	}
+
+	// eu-1's summary is 2.5 s old: it no longer counts.
+	eu = tb.Peers(t0.Add(2500 * time.Millisecond))[1]
+	if eu.Nodes != 1 || eu.Load.Outstanding != 7 {
+		t.Errorf("after eu-1 went stale: %d nodes, outstanding %d; want eu-2 alone", eu.Nodes, eu.Load.Outstanding)
+	}
+	eu = tb.Peers(t0.Add(10 * time.Second))[1]
+	if eu.Healthy || eu.DataAge != 9*time.Second {
+		t.Errorf("all data stale: healthy %v, age %v; stale means unavailable, not idle", eu.Healthy, eu.DataAge)
+	}
+	tb.Leave("eu-2")
+	tb.Leave("eu-1")
+	if len(tb.Peers(t0)) != 1 {
+		t.Error("a region whose nodes all left is still listed")
+	}
+}
+
+func TestTableDigestsAreUnionedPerRegion(t *testing.T) {
+	tb := NewTable("us-east", region.DefaultControlPlane())
+	tb.Join("eu-1", Meta{Region: "eu-west"})
+	tb.Join("eu-2", Meta{Region: "eu-west"})
+	for _, n := range []string{"eu-1", "eu-2"} {
+		tb.ObserveLoad(n, 1, region.Load{Replicas: 1}, t0)
+	}
+	d1 := digest.New("eu-west", "eu-1", 2, 1000, 0.01)
+	d1.Add(1)
+	d2 := digest.New("eu-west", "eu-2", 1, 1000, 0.01)
+	d2.Add(2)
+	if !tb.ObserveDigest("eu-1", d1.Clone(), t0) || !tb.ObserveDigest("eu-2", d2.Clone(), t0) {
+		t.Fatal("digests refused")
+	}
+	if tb.ObserveDigest("eu-1", withGeneration(d1, 1), t0) {
+		t.Error("an older generation replaced a newer one")
+	}
+	if tb.ObserveDigest("eu-1", digest.New("ap-east", "eu-1", 9, 1000, 0.01), t0) {
+		t.Error("a digest of another region was kept")
+	}
+	u := tb.Peers(t0)[0].Digest
+	if u == nil || !u.Contains(1) || !u.Contains(2) {
+		t.Fatal("the region's digest is not the union of its nodes'")
+	}
+	if again := tb.Peers(t0)[0].Digest; again != u {
+		t.Error("the union was rebuilt although no digest changed")
+	}
+}
+
+func TestTableProbeTargetsTakeTurns(t *testing.T) {
+	tb := NewTable("us-east", region.DefaultControlPlane())
+	tb.Join("eu-1", Meta{Region: "eu-west"})
+	tb.Join("eu-2", Meta{Region: "eu-west"})
+	tb.Join("ap-1", Meta{Region: "ap-east"})
+	first, second := tb.ProbeTargets(), tb.ProbeTargets()
+	if len(first) != 2 || first[0] != "ap-1" || first[1] != "eu-1" || second[1] != "eu-2" {
+		t.Errorf("targets %v then %v: one node per peer region, in turn", first, second)
+	}
+	g, changed := tb.ObserveProbe("eu-west", 70*time.Millisecond, true, t0)
+	if changed || g.Open() {
+		t.Error("one sample opened the gate; the default needs five")
+	}
+}
+
+func withGeneration(d *digest.Digest, gen uint64) *digest.Digest {
+	c := d.Clone()
+	c.Generation = gen
+	return c
+}

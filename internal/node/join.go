@@ -1,0 +1,70 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// JoinPeers joins the mesh through the configured peers (proxy.Config
+// Peers), retrying every retry until one answers or ctx ends: a peer given
+// by URL is asked for its gossip address (/v1/skywalker/gossip), a
+// host:port is one. It returns how many nodes it reached.
+func (n *Node) JoinPeers(ctx context.Context, retry time.Duration) int {
+	if n.Mesh == nil || len(n.cfg.Peers) == 0 {
+		return 0
+	}
+	for {
+		var seeds []string
+		for _, p := range n.cfg.Peers {
+			if !strings.Contains(p.Addr, "://") {
+				seeds = append(seeds, p.Addr)
+				continue
+			}
+			addr, err := gossipAddrOf(ctx, p.Addr)
+			if err != nil {
+				n.log.Debug("peer not reachable yet", "peer", p.Region, "err", err)
+				continue
+			}
+			seeds = append(seeds, addr)
+		}
+		if len(seeds) > 0 {
+			reached, err := n.Mesh.Join(seeds)
+			if err == nil && reached > 0 {
+				n.log.Info("joined mesh", "contacted", reached)
+				return reached
+			}
+			n.log.Warn("join mesh failed; retrying", "seeds", seeds, "err", err, "retry", retry.String())
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-time.After(retry):
+		}
+	}
+}
+
+// gossipAddrOf asks a peer proxy for its mesh address.
+func gossipAddrOf(ctx context.Context, base string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/skywalker/gossip", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		GossipAddr string `json:"gossip_addr"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil || v.GossipAddr == "" {
+		return "", fmt.Errorf("%s did not report a gossip address", base)
+	}
+	return v.GossipAddr, nil
+}

@@ -1,0 +1,396 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/request"
+)
+
+// The relay is the standard library's httputil.ReverseProxy with SkyWalker's
+// hooks: Rewrite prepares the outbound request, a retrying Transport routes
+// it (balancer, replica or peer) and sends it again elsewhere while nothing
+// has reached the client, ModifyResponse labels the response and watches
+// its body, ErrorHandler answers what could not be served with an
+// OpenAI-style error, and FlushInterval -1 flushes every SSE chunk at once.
+// ReverseProxy drops hop-by-hop headers, including those named in
+// Connection, both ways.
+
+// exchange is one client request on its way through the relay.
+type exchange struct {
+	s    *Server
+	req  *request.Request
+	body []byte
+	in   *http.Request // the client's request
+
+	attempts int // routing attempts made
+	target   routed
+	start    time.Time // when the current attempt was sent
+	// What the client saw.
+	servedBy  string // the region whose answer reached the client
+	firstByte time.Time
+	status    int
+	complete  bool          // the upstream body reached its end
+	broken    error         // the upstream broke after the status was sent
+	rejected  *apierr.Error // answered with this error before any byte
+	counter   relayCounter
+	pending   []*bodyReader // request bodies handed to the transport
+}
+
+type exchangeKey struct{}
+
+func exchangeOf(ctx context.Context) *exchange {
+	x, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return x
+}
+
+// newRelay builds the proxy's ReverseProxy over the upstream transport.
+func newRelay(s *Server, upstream http.RoundTripper) *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			// The transport sets the target, the body and the marker per
+			// attempt; a client may not set the marker for us.
+			pr.Out.Header.Del(ForwardHeader)
+			pr.Out.Body, pr.Out.ContentLength = nil, 0
+		},
+		Transport:      &retryingTransport{upstream: upstream},
+		ModifyResponse: modifyResponse,
+		ErrorHandler:   s.relayError,
+		FlushInterval:  -1,
+		BufferPool:     relayBuffers{},
+		ErrorLog:       log.New(slogWriter{s.log}, "", 0),
+	}
+}
+
+// retryingTransport routes each attempt and retries before the first byte:
+// a refused connection, a reset or a 5xx from a replica or peer counts
+// against it and the request is routed again (a failed forward is then
+// served locally), at most Retries times.
+type retryingTransport struct {
+	upstream http.RoundTripper
+}
+
+func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error) {
+	x := exchangeOf(out.Context())
+	if x == nil {
+		return nil, errors.New("relay: request without an exchange")
+	}
+	ctx := out.Context()
+	for {
+		o, err := x.s.router.Route(ctx, x.req)
+		if err != nil {
+			return nil, err // a rejection (*apierr.Error) or the client left
+		}
+		x.attempts++
+		x.target = o
+		x.s.metrics.queueWait.Observe(o.Waited.Seconds())
+		if o.replica != nil && x.req.PromptTokens > 0 {
+			x.s.metrics.match.Observe(float64(x.req.CachedTokens(o.PrefixBlocks)) / float64(x.req.PromptTokens))
+		}
+		resp, err := x.send(out, o)
+		if err == nil && resp.StatusCode < 500 {
+			x.watch(resp)
+			return resp, nil
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			resp.Body.Close()
+			err = errors.New("upstream answered " + resp.Status)
+		}
+		x.endAttempt(ReplicaFailed)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if x.attempts > x.s.cfg.Retries {
+			return nil, &apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request: " + err.Error(),
+				RetryAfter: time.Second}
+		}
+		x.s.log.Info("retrying elsewhere", "id", x.req.ID, "attempt", x.attempts, "err", err)
+		if o.Peer != nil {
+			x.req.Forwarded = true // the peer failed: serve it here
+		}
+	}
+}
+
+// send makes one attempt at the routed target.
+func (x *exchange) send(out *http.Request, o routed) (*http.Response, error) {
+	ctx := out.Context()
+	up := out.Clone(ctx)
+	up.Host = ""
+	var delay time.Duration
+	if o.replica != nil {
+		up.URL.Scheme, up.URL.Host = o.replica.url.Scheme, o.replica.url.Host
+	} else {
+		p := o.Peer
+		if len(p.APIAddrs) == 0 {
+			return nil, errors.New("peer region " + p.Region + " has no proxy address")
+		}
+		base, err := parseBase(p.APIAddrs[int(x.s.ids.Load())%len(p.APIAddrs)])
+		if err != nil {
+			return nil, err
+		}
+		up.URL.Scheme, up.URL.Host = base.Scheme, base.Host
+		up.Header.Set(ForwardHeader, x.s.keys.sign(x.s.cfg.Region, x.req.ID, time.Now()))
+		if x.req.Residency != "" {
+			up.Header.Set("X-Data-Residency", x.req.Residency)
+		}
+		if x.s.opts.PeerDelay != nil {
+			delay = x.s.opts.PeerDelay(p.Region)
+		}
+		x.s.metrics.forwarded.WithLabelValues(p.Region).Inc()
+	}
+	body := &bodyReader{Reader: bytes.NewReader(x.body), done: make(chan struct{})}
+	up.Body, up.ContentLength = body, int64(len(x.body))
+	up.GetBody = nil
+	x.pending = append(x.pending, body)
+	if delay > 0 && !sleep(ctx, delay) {
+		return nil, ctx.Err()
+	}
+	x.start = time.Now()
+	resp, err := x.s.upstream.RoundTrip(up)
+	if err != nil {
+		return nil, err
+	}
+	if delay > 0 && !sleep(ctx, delay) { // the response's first byte crosses back
+		resp.Body.Close()
+		return nil, ctx.Err()
+	}
+	return resp, nil
+}
+
+// watch takes over a response that will reach the client: the body is
+// wrapped to see its end (or its failure), count output tokens, and, for
+// an event stream, end a broken stream with an error event.
+func (x *exchange) watch(resp *http.Response) {
+	x.status = resp.StatusCode
+	x.servedBy = x.s.cfg.Region
+	if p := x.target.Peer; p != nil {
+		x.servedBy = p.Region
+	}
+	x.counter.sse = bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream"))
+	resp.Body = &watchedBody{x: x, body: resp.Body}
+}
+
+// endAttempt gives back what the current attempt took: the replica's slot
+// (with how it went) or the forward's count at the peer.
+func (x *exchange) endAttempt(how Outcome) {
+	o := x.target
+	x.target = routed{}
+	switch {
+	case o.replica != nil:
+		x.s.router.Done(o.replica.name(), time.Since(x.start), how)
+	case o.Peer != nil:
+		x.s.router.ForwardDone(o.Peer.Region)
+	}
+}
+
+// watchedBody is an upstream body on its way to the client.
+type watchedBody struct {
+	x      *exchange
+	body   io.ReadCloser
+	failed error // the upstream broke mid-body
+	tail   []byte
+	closed bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	if len(b.tail) > 0 { // the error event that ends a broken stream
+		n := copy(p, b.tail)
+		b.tail = b.tail[n:]
+		if len(b.tail) == 0 {
+			return n, io.EOF
+		}
+		return n, nil
+	}
+	if b.failed != nil {
+		return 0, io.EOF
+	}
+	n, err := b.body.Read(p)
+	x := b.x
+	if n > 0 {
+		if x.firstByte.IsZero() {
+			x.firstByte = time.Now()
+		}
+		x.counter.count(p[:n])
+	}
+	switch {
+	case err == io.EOF:
+		x.complete = true
+	case err != nil && x.in.Context().Err() == nil:
+		// The upstream broke, not the client: never fake a clean end.
+		b.failed, x.broken = err, err
+		if x.counter.sse {
+			e := apierr.New(apierr.Upstream, "the upstream stream failed midway: %v", err)
+			b.tail = append(append([]byte("data: "), e.JSON()...), '\n', '\n')
+			return n, nil
+		}
+	}
+	return n, err
+}
+
+// Close ends the attempt: served in full, failed by the upstream, or let
+// go because the client left.
+func (b *watchedBody) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.body.Close()
+	x := b.x
+	switch {
+	case x.complete && x.status < 300:
+		x.endAttempt(Served)
+	case x.broken != nil:
+		x.endAttempt(ReplicaFailed)
+	default:
+		x.endAttempt(Released) // the client left, or a client error passed through
+	}
+	return err
+}
+
+// modifyResponse labels the response with where it was served and why.
+func modifyResponse(resp *http.Response) error {
+	x := exchangeOf(resp.Request.Context())
+	if x == nil {
+		return nil
+	}
+	h := resp.Header
+	o := x.target
+	if o.replica != nil {
+		h.Set("X-SkyWalker-Region", x.s.cfg.Region)
+		h.Set("X-SkyWalker-Replica", o.replica.name())
+	} else {
+		h.Set("X-SkyWalker-Ingress-Region", x.s.cfg.Region)
+	}
+	h.Set("X-SkyWalker-Route-Reason", string(o.Decision.Reason))
+	return nil
+}
+
+// relayError answers a request the relay could not serve. Nothing has
+// reached the client yet.
+func (s *Server) relayError(w http.ResponseWriter, r *http.Request, err error) {
+	x := exchangeOf(r.Context())
+	var e *apierr.Error
+	switch {
+	case errors.As(err, &e):
+	case r.Context().Err() != nil:
+		return // the client left; nobody to answer
+	default:
+		e = &apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request: " + err.Error(), RetryAfter: time.Second}
+	}
+	if x != nil {
+		x.rejected = e
+	}
+	apierr.Write(w, e)
+}
+
+// bodyReader is an upstream request body that reports when the transport
+// is done with it: the handler's pooled buffer is recycled only then.
+type bodyReader struct {
+	*bytes.Reader
+	once sync.Once
+	done chan struct{}
+}
+
+func (b *bodyReader) Close() error {
+	b.once.Do(func() { close(b.done) })
+	return nil
+}
+
+func (b *bodyReader) wait() {
+	select {
+	case <-b.done:
+	case <-time.After(10 * time.Second): // never expected; do not hang the handler
+	}
+}
+
+// parseBase reads a peer proxy's advertised base URL.
+func parseBase(addr string) (*url.URL, error) {
+	u, err := url.Parse(addr)
+	if err != nil || u.Host == "" {
+		return nil, fmt.Errorf("peer address %q is not a URL", addr)
+	}
+	return u, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// relayBuffers pools the 32 KB buffers ReverseProxy copies responses with.
+type relayBuffers struct{}
+
+var relayBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (relayBuffers) Get() []byte  { return *relayBufferPool.Get().(*[]byte) }
+func (relayBuffers) Put(b []byte) { relayBufferPool.Put(&b) }
+
+// relayCounter estimates output tokens from what streams by: one per SSE
+// data event (vLLM sends one token per chunk), or the usage the body
+// reports.
+type relayCounter struct {
+	sse    bool
+	chunks int    // SSE data events
+	usage  int    // completion_tokens, if the body reported usage
+	tail   []byte // carry-over for patterns split across reads
+}
+
+var (
+	dataPrefix      = []byte("data: {")
+	completionField = []byte(`"completion_tokens":`)
+)
+
+func (o *relayCounter) count(b []byte) {
+	chunk := append(o.tail, b...)
+	if o.sse {
+		o.chunks += bytes.Count(chunk, dataPrefix) - bytes.Count(o.tail, dataPrefix)
+	}
+	if i := bytes.LastIndex(chunk, completionField); i >= 0 {
+		rest := bytes.TrimLeft(chunk[i+len(completionField):], " ")
+		end := 0
+		for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+			end++
+		}
+		if n, err := strconv.Atoi(string(rest[:end])); err == nil && end < len(rest) {
+			o.usage = n
+		}
+	}
+	keep := min(len(chunk), 64)
+	o.tail = append(o.tail[:0], chunk[len(chunk)-keep:]...)
+}
+
+// outputTokens is the best estimate of tokens generated.
+func (o *relayCounter) outputTokens() int {
+	if o.usage > 0 {
+		return o.usage
+	}
+	return max(o.chunks-3, 0) // role chunk, finish chunk, usage or [DONE]
+}
+
+// slogWriter turns ReverseProxy's log lines into debug records.
+type slogWriter struct {
+	log interface{ Debug(string, ...any) }
+}
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.log.Debug("relay", "detail", string(bytes.TrimSpace(p)))
+	return len(p), nil
+}

@@ -1,0 +1,102 @@
+package region
+
+import (
+	"time"
+
+	"skywalker/internal/digest"
+	"skywalker/internal/policy"
+)
+
+// Load is one node's summary of its region's load, as it publishes it to
+// every peer.
+type Load struct {
+	QueueWait   time.Duration // the region's own queue-wait estimate Q
+	Queued      int           // requests held in this node's balancer
+	Replicas    int           // healthy replicas
+	Slots       int           // dispatch slots over them
+	Outstanding int           // queued plus in flight through this node
+	Prefill     policy.PrefillProfile
+}
+
+// Load is the region's summary as of now, as this node publishes it.
+func (r *Region) Load() Load {
+	queued := r.bal.Len()
+	l := Load{Queued: queued, Outstanding: queued, Prefill: r.cfg.Prefill}
+	local := policy.LocalRegion{Queued: queued, PerRequestWait: r.perRequestWait()}
+	for _, rp := range r.replicas {
+		l.Outstanding += rp.inFlight
+		if rp.healthy {
+			l.Replicas++
+			l.Slots += r.cfg.MaxInFlight
+		}
+		local.Replicas = append(local.Replicas, r.policyReplica(rp, 0))
+	}
+	l.QueueWait = local.QueueWait()
+	return l
+}
+
+// Significant reports a change of load worth publishing before the
+// interval ends: replicas came or went, or the queue or the outstanding
+// requests moved by more than a quarter (and more than a few requests).
+func Significant(old, cur Load) bool {
+	diff := func(a, b int) int {
+		if a > b {
+			return a - b
+		}
+		return b - a
+	}
+	return cur.Replicas != old.Replicas || diff(cur.Queued, old.Queued) > max(4, old.Queued/4) ||
+		diff(cur.Outstanding, old.Outstanding) > max(8, old.Outstanding/4)
+}
+
+// LoadPublisher decides when a node sends its load summary: every
+// ControlPlane.LoadInterval, and early on a Significant change. The mesh
+// and the simulator ask it every ControlPlane.LoadCheck. Not safe for
+// concurrent use.
+type LoadPublisher struct {
+	Interval time.Duration
+	last     Load
+	lastAt   time.Time
+	seq      uint64
+}
+
+// Due reports whether l should be sent now, and if so the sequence number
+// the summary carries (increasing, so receivers keep only the newest).
+func (p *LoadPublisher) Due(now time.Time, l Load) (uint64, bool) {
+	if p.seq > 0 && now.Sub(p.lastAt) < p.Interval && !Significant(p.last, l) {
+		return 0, false
+	}
+	p.seq++
+	p.last, p.lastAt = l, now
+	return p.seq, true
+}
+
+// Peer is a peer region as this node last heard of it: a consistent
+// snapshot built by the mesh (internal/mesh.Table.Peers).
+type Peer struct {
+	Region       string
+	Jurisdiction string
+	// Nodes are the region's live nodes whose load data is fresh; APIAddrs
+	// their proxies' addresses.
+	Nodes    int
+	APIAddrs []string
+	Healthy  bool          // some node is live with fresh data
+	DataAge  time.Duration // since the newest load summary arrived
+	RTT      time.Duration // smoothed
+	Loss     float64
+	GateOpen bool
+	Gate     string // why the gate is as it is
+	// Load aggregates the fresh nodes: queues and outstanding requests
+	// summed, replicas and slots as the largest report (the region's
+	// proxies share its replicas), queue wait as the worst.
+	Load   Load
+	Digest *digest.Digest // union of the fresh nodes' digests; nil if none
+}
+
+// Policy converts the peer to the routing view's form (the prefix match is
+// left to the caller, which knows the request).
+func (p *Peer) Policy() policy.PeerRegion {
+	return policy.PeerRegion{Name: p.Region, Jurisdiction: p.Jurisdiction, Healthy: p.Healthy, DataAge: p.DataAge,
+		RTT: p.RTT, GateOpen: p.GateOpen, GateReason: p.Gate, QueueWait: p.Load.QueueWait, Queued: p.Load.Queued,
+		Replicas: p.Load.Replicas, Slots: p.Load.Slots, Outstanding: p.Load.Outstanding, Prefill: p.Load.Prefill}
+}

@@ -1,0 +1,245 @@
+package region
+
+import (
+	"errors"
+	"time"
+
+	"skywalker/internal/balancer"
+	"skywalker/internal/policy"
+	"skywalker/internal/prefix"
+	"skywalker/internal/request"
+)
+
+// Config is one region's routing configuration. Zero fields take the
+// documented defaults (defaults.go).
+type Config struct {
+	Name         string // the region, e.g. "us-east"
+	Jurisdiction string // for data residency, e.g. "us"
+	// Node names this node in the digests it publishes (a region may run
+	// several proxies).
+	Node string
+	// MaxInFlight caps every replica's requests in flight for dispatch
+	// (selective pushing). Default DefaultMaxInFlight.
+	MaxInFlight int
+	// Prefill is the replicas' prefill-time profile, for TTFT estimates.
+	Prefill policy.PrefillProfile
+	// BlockTokens is how many tokens one prefix block covers. Default
+	// request.DefaultBlockBytes / request.BytesPerToken.
+	BlockTokens int
+	// DefaultReplicaTokens is the KV cache assumed for a replica until its
+	// metrics report one. Default DefaultReplicaTokens.
+	DefaultReplicaTokens int
+	// EjectAfter and ReadmitAfter are the passive health rule.
+	EjectAfter, ReadmitAfter int
+	// ServiceAlpha weighs a new service time in the queue-wait estimate.
+	ServiceAlpha float64
+	// Balancer bounds the hold queue.
+	Balancer balancer.Config
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.BlockTokens <= 0 {
+		c.BlockTokens = request.DefaultBlockBytes / request.BytesPerToken
+	}
+	if c.DefaultReplicaTokens <= 0 {
+		c.DefaultReplicaTokens = DefaultReplicaTokens
+	}
+	if c.EjectAfter <= 0 {
+		c.EjectAfter = DefaultEjectAfter
+	}
+	if c.ReadmitAfter <= 0 {
+		c.ReadmitAfter = DefaultReadmitAfter
+	}
+	if c.ServiceAlpha <= 0 {
+		c.ServiceAlpha = DefaultServiceAlpha
+	}
+	return c
+}
+
+// Delivery is a balancer outcome after the region's bookkeeping, with its
+// target resolved while the view it was decided on was current.
+type Delivery struct {
+	balancer.Outcome
+	// Replica is the local replica, for a Dispatch. Its slot is taken:
+	// the driver must end it with Finished, Failed or Released.
+	Replica *Replica
+	// Peer is the peer region as the decision saw it, for a Forward. It
+	// counts as in flight there: the driver must end it with ForwardDone.
+	Peer *Peer
+	// PrefixBlocks is how many leading blocks of the request the chosen
+	// replica was believed to hold.
+	PrefixBlocks int
+}
+
+// Region is one region's routing state. It is the balancer's Env. Not safe
+// for concurrent use.
+type Region struct {
+	cfg      Config
+	bal      *balancer.Balancer
+	index    *prefix.Index
+	replicas []*Replica
+	service  *policy.EWMA
+	peers    []Peer
+	// forwarding counts this node's requests in flight at each peer
+	// region. A peer's summary is always a little old; adding what we sent
+	// since keeps a burst from herding onto the one peer that looked idle.
+	forwarding map[string]int
+	view       policy.View
+	matched    []int
+	deliver    func(Delivery)
+	digests    digestPublisher
+}
+
+// New returns a region with no replicas that routes by pol and hands every
+// delivered outcome to deliver (called synchronously from Submit, Pump and
+// Expire, after the bookkeeping).
+func New(cfg Config, pol policy.Policy, deliver func(Delivery)) (*Region, error) {
+	if cfg.Name == "" {
+		return nil, errors.New("region: a name is required")
+	}
+	if pol == nil || deliver == nil {
+		return nil, errors.New("region: a policy and a delivery function are required")
+	}
+	cfg = cfg.withDefaults()
+	r := &Region{cfg: cfg, bal: balancer.New(pol, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
+		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver}
+	r.digests.region = r
+	return r, nil
+}
+
+// Config returns the region's configuration with defaults applied.
+func (r *Region) Config() Config { return r.cfg }
+
+// Policy is the policy the region routes by.
+func (r *Region) Policy() policy.Policy { return r.bal.Policy() }
+
+// Submit routes a new request (see balancer.Balancer.Submit).
+func (r *Region) Submit(now time.Time, req *request.Request) { r.bal.Submit(now, req, r) }
+
+// Pump re-routes held requests after a state change.
+func (r *Region) Pump(now time.Time) int { return r.bal.Pump(now, r) }
+
+// PumpDepth is Pump with its own scan depth (1 after a slot frees).
+func (r *Region) PumpDepth(now time.Time, depth int) int { return r.bal.PumpDepth(now, r, depth) }
+
+// Expire rejects held requests past their deadline.
+func (r *Region) Expire(now time.Time) int { return r.bal.Expire(now, r) }
+
+// Cancel withdraws a held request whose client left; it reports whether
+// the request was still held (else it was already delivered).
+func (r *Region) Cancel(req *request.Request) bool { return r.bal.Cancel(req) }
+
+// Queued is the number of held requests.
+func (r *Region) Queued() int { return r.bal.Len() }
+
+// NextDeadline is the earliest deadline of a held request.
+func (r *Region) NextDeadline() (time.Time, bool) { return r.bal.NextDeadline() }
+
+// Held lists the held requests, for debugging endpoints.
+func (r *Region) Held(now time.Time) []balancer.HeldRequest { return r.bal.Held(now) }
+
+// Decide returns the decision the policy would make for req now, without
+// delivering it: for explanations and the drivers' parity test.
+func (r *Region) Decide(req *request.Request) policy.Decision {
+	v := r.View(req)
+	v.Local.Queued = r.bal.Len()
+	return r.bal.Policy().Route(req, v)
+}
+
+// SetPeers replaces what the region knows of its peers (the mesh's
+// snapshot, or the simulator's). Peers are in the order policies see them.
+func (r *Region) SetPeers(peers []Peer) { r.peers = peers }
+
+// Peers returns the last peers' snapshot. It must not be modified.
+func (r *Region) Peers() []Peer { return r.peers }
+
+// Forwarding is how many of this node's requests are in flight at peer.
+func (r *Region) Forwarding(peer string) int { return r.forwarding[peer] }
+
+// ForwardDone records the end of a request forwarded to peer.
+func (r *Region) ForwardDone(peer string) {
+	if n := r.forwarding[peer]; n > 1 {
+		r.forwarding[peer] = n - 1
+	} else {
+		delete(r.forwarding, peer)
+	}
+}
+
+// concurrency is how many requests the healthy replicas serve at once: per
+// replica the larger of what its engine last reported running and what
+// this node has in flight there (fresher than any scrape), at least one.
+func (r *Region) concurrency() int {
+	n := 0
+	for _, rp := range r.replicas {
+		if rp.healthy {
+			n += max(rp.metrics.Running, rp.inFlight, 1)
+		}
+	}
+	return n
+}
+
+// perRequestWait is the queue-wait step Q grows by per request ahead.
+func (r *Region) perRequestWait() time.Duration {
+	return policy.PerRequestWait(r.service.Value(), r.concurrency())
+}
+
+// View implements balancer.Env: the replicas as last scraped, with this
+// node's exact in-flight counts and the request's prefix match from the
+// index; the peers as last heard, with this node's forwards in flight added
+// to their load and the request's prefix match from their digests.
+func (r *Region) View(req *request.Request) *policy.View {
+	v := &r.view
+	v.Local.Name, v.Local.Jurisdiction, v.Local.Prefill = r.cfg.Name, r.cfg.Jurisdiction, r.cfg.Prefill
+	v.Local.Queued = 0
+	r.index.Match(req.Blocks, r.matched)
+	v.Local.Replicas = v.Local.Replicas[:0]
+	for _, rp := range r.replicas {
+		v.Local.Replicas = append(v.Local.Replicas, r.policyReplica(rp, r.matched[rp.target]))
+	}
+	v.Local.PerRequestWait = r.perRequestWait()
+	v.Peers = v.Peers[:0]
+	for i := range r.peers {
+		p := &r.peers[i]
+		pr := p.Policy()
+		pr.Outstanding += r.forwarding[p.Region]
+		if p.Digest != nil {
+			pr.MatchPrefix(req, p.Digest)
+		}
+		v.Peers = append(v.Peers, pr)
+	}
+	return v
+}
+
+func (r *Region) policyReplica(rp *Replica, prefixBlocks int) policy.Replica {
+	m := rp.metrics
+	return policy.Replica{Name: rp.name, Healthy: rp.healthy, Waiting: m.Waiting, Running: m.Running, InFlight: rp.inFlight,
+		MaxInFlight: r.cfg.MaxInFlight, KVUsage: m.KVUsage, PrefixBlocks: prefixBlocks}
+}
+
+// Deliver implements balancer.Env: a dispatch takes a slot on its replica
+// and teaches the prefix index (and so the next digest) that the replica
+// now holds the request's prefix; a forward counts as in flight at the
+// peer. Then the driver gets the outcome.
+func (r *Region) Deliver(o balancer.Outcome) {
+	d := Delivery{Outcome: o}
+	if o.Err == nil {
+		switch o.Decision.Action {
+		case policy.Dispatch:
+			rp := r.replicas[o.Decision.Replica]
+			d.Replica = rp
+			d.PrefixBlocks = r.view.Local.Replicas[o.Decision.Replica].PrefixBlocks
+			rp.inFlight++
+			r.index.Insert(rp.target, o.Request.Blocks, r.digests.learn)
+		case policy.Forward:
+			p := r.peers[o.Decision.Peer]
+			d.Peer = &p
+			r.forwarding[p.Region]++
+		}
+	}
+	r.deliver(d)
+}
+
+var _ balancer.Env = (*Region)(nil)

@@ -1,0 +1,273 @@
+package region
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"skywalker/internal/balancer"
+	"skywalker/internal/policy"
+	"skywalker/internal/request"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newTestRegion returns a region of n replicas routing by skywalker whose
+// deliveries are collected.
+func newTestRegion(t *testing.T, n int) (*Region, *[]Delivery) {
+	t.Helper()
+	var got []Delivery
+	r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4,
+		Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}}, policy.NewSkywalker(policy.DefaultSkywalkerConfig()),
+		func(d Delivery) { got = append(got, d) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("r%d", i)
+	}
+	if err := r.SetReplicas(names); err != nil {
+		t.Fatal(err)
+	}
+	return r, &got
+}
+
+func req(id string, blocks ...uint64) *request.Request {
+	return &request.Request{ID: id, Region: "us-east", PromptTokens: 128 * max(len(blocks), 1), BlockTokens: 128, Blocks: blocks, MaxTokens: 8}
+}
+
+func TestNewRefusesWhatItCannotRun(t *testing.T) {
+	pol := policy.Local{}
+	deliver := func(Delivery) {}
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		pol     policy.Policy
+		deliver func(Delivery)
+	}{
+		{"no name", Config{}, pol, deliver},
+		{"no policy", Config{Name: "x"}, nil, deliver},
+		{"no delivery", Config{Name: "x"}, pol, nil},
+	} {
+		if _, err := New(tc.cfg, tc.pol, tc.deliver); err == nil {
+			t.Errorf("%s: New accepted it", tc.name)
+		}
+	}
+}
+
+func TestDispatchTakesASlotAndTeachesTheIndex(t *testing.T) {
+	r, got := newTestRegion(t, 2)
+	r.Submit(t0, req("a", 1, 2, 3))
+	if len(*got) != 1 || (*got)[0].Replica == nil || (*got)[0].Decision.Action != policy.Dispatch {
+		t.Fatalf("deliveries %+v: want one dispatch", *got)
+	}
+	d := (*got)[0]
+	if d.Replica.InFlight() != 1 || d.PrefixBlocks != 0 {
+		t.Errorf("in flight %d, prefix %d: want 1 and 0 (nothing was cached yet)", d.Replica.InFlight(), d.PrefixBlocks)
+	}
+	// The same prefix again: the index now says that replica holds it.
+	r.Finished(d.Replica, 100*time.Millisecond)
+	r.Submit(t0, req("b", 1, 2, 3, 4))
+	d2 := (*got)[1]
+	if d2.Replica != d.Replica || d2.PrefixBlocks != 3 {
+		t.Errorf("second request on %s with %d cached blocks, want %s with 3", d2.Replica.Name(), d2.PrefixBlocks, d.Replica.Name())
+	}
+	if r.IndexedBlocks(d.Replica) != 4 {
+		t.Errorf("indexed blocks %d, want 4", r.IndexedBlocks(d.Replica))
+	}
+}
+
+func TestEjectAndReadmitRule(t *testing.T) {
+	steps := []struct {
+		name        string
+		do          func(r *Region, rp *Replica)
+		wantHealthy bool
+	}{
+		{"two failures keep it", func(r *Region, rp *Replica) { r.Failed(rp); r.Failed(rp) }, true},
+		{"a success resets the streak", func(r *Region, rp *Replica) { r.Finished(rp, time.Second) }, true},
+		{"a failed check and two failed requests eject", func(r *Region, rp *Replica) {
+			r.HealthChecked(rp, false)
+			r.Failed(rp)
+			r.Failed(rp)
+		}, false},
+		{"one passed check is not enough", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, false},
+		{"a failed check restarts the count", func(r *Region, rp *Replica) { r.HealthChecked(rp, false); r.HealthChecked(rp, true) }, false},
+		{"the second pass in a row re-admits", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, true},
+	}
+	r, _ := newTestRegion(t, 1)
+	rp := r.Replicas()[0]
+	r.index.Insert(rp.target, []uint64{7, 8}, nil)
+	for _, s := range steps {
+		s.do(r, rp)
+		if rp.Healthy() != s.wantHealthy {
+			t.Fatalf("%s: healthy=%v, want %v", s.name, rp.Healthy(), s.wantHealthy)
+		}
+		if !s.wantHealthy && r.IndexedBlocks(rp) != 0 {
+			t.Fatalf("%s: an ejected replica keeps %d indexed blocks; its cache may be gone", s.name, r.IndexedBlocks(rp))
+		}
+	}
+	if rp.InFlight() != 0 {
+		t.Errorf("in flight %d after releases, want never below 0", rp.InFlight())
+	}
+}
+
+func TestViewTakesConcurrencyFromRunningOrInFlight(t *testing.T) {
+	tests := []struct {
+		name              string
+		running, inFlight []int
+		want              time.Duration // PerRequestWait for a 1.2 s service time
+	}{
+		{"idle: one per replica", []int{0, 0, 0}, []int{0, 0, 0}, 400 * time.Millisecond},
+		{"engines report more than we sent", []int{6, 6, 0}, []int{1, 0, 0}, 1200 * time.Millisecond / 13},
+		{"we sent more than the last scrape saw", []int{0, 0, 0}, []int{4, 2, 0}, 1200 * time.Millisecond / 7},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := newTestRegion(t, 3)
+			r.service.Observe(1200 * time.Millisecond)
+			for i, rp := range r.Replicas() {
+				r.Scraped(rp, Metrics{Known: true, Running: tc.running[i]})
+				rp.inFlight = tc.inFlight[i]
+			}
+			if got := r.View(req("x")).Local.PerRequestWait; got != tc.want {
+				t.Errorf("PerRequestWait %v, want %v", got, tc.want)
+			}
+			if got := r.Load(); got.Outstanding != tc.inFlight[0]+tc.inFlight[1] || got.Replicas != 3 || got.Slots != 12 {
+				t.Errorf("load %+v", got)
+			}
+		})
+	}
+}
+
+func TestForwardsCountAtThePeerUntilDone(t *testing.T) {
+	r, got := newTestRegion(t, 1)
+	for _, rp := range r.Replicas() {
+		r.Scraped(rp, Metrics{Known: true, Waiting: 5, Running: 4}) // busy: hold
+	}
+	peer := Peer{Region: "eu-west", Jurisdiction: "eu", Healthy: true, GateOpen: true, RTT: 70 * time.Millisecond,
+		Load: Load{Replicas: 4, Slots: 256, Outstanding: 10}}
+	r.SetPeers([]Peer{peer})
+	r.Submit(t0, req("a", 1))
+	if len(*got) != 1 || (*got)[0].Peer == nil || (*got)[0].Peer.Region != "eu-west" {
+		t.Fatalf("deliveries %+v: want a forward to eu-west", *got)
+	}
+	if r.Forwarding("eu-west") != 1 {
+		t.Fatalf("forwarding %d, want 1", r.Forwarding("eu-west"))
+	}
+	if v := r.View(req("b")); v.Peers[0].Outstanding != 11 {
+		t.Errorf("peer outstanding in the view %d, want the summary's 10 plus our 1 forward", v.Peers[0].Outstanding)
+	}
+	r.ForwardDone("eu-west")
+	r.ForwardDone("eu-west") // never below zero
+	if v := r.View(req("c")); r.Forwarding("eu-west") != 0 || v.Peers[0].Outstanding != 10 {
+		t.Errorf("after the forward ended: forwarding %d, outstanding %d", r.Forwarding("eu-west"), v.Peers[0].Outstanding)
+	}
+}
+
+func TestDigestPublisher(t *testing.T) {
+	r, _ := newTestRegion(t, 2)
+	first := r.Digest()
+	if again := r.Digest(); again != first {
+		t.Error("nothing changed, yet a new digest was published")
+	}
+	rp := r.Replicas()[0]
+	r.Deliver(deliveryFor(r, "a", 0, 11, 12, 13))
+	second := r.Digest()
+	if second.Generation <= first.Generation || second.MatchLength([]uint64{11, 12, 13}) != 3 {
+		t.Fatalf("after learning blocks: generation %d (was %d), match %d", second.Generation, first.Generation, second.MatchLength([]uint64{11, 12, 13}))
+	}
+	if first.MatchLength([]uint64{11, 12, 13}) != 0 {
+		t.Error("a published digest changed afterwards")
+	}
+	// Ejection forgets the replica's blocks: the next digest is rebuilt
+	// without them.
+	for range 3 {
+		r.Failed(rp)
+	}
+	third := r.Digest()
+	if third.Generation <= second.Generation || third.MatchLength([]uint64{11, 12, 13}) != 0 {
+		t.Errorf("after ejection: generation %d, match %d: the stale blocks must go", third.Generation, third.MatchLength([]uint64{11, 12, 13}))
+	}
+	// The filter is sized for twice the replicas' KV capacity and grows
+	// when the engines report a larger cache.
+	before := third.Bits()
+	r.Scraped(rp, Metrics{Known: true, KVBlocks: 100_000, BlockSize: 16})
+	if grown := r.Digest(); grown.Bits() <= before {
+		t.Errorf("digest of %d bits after the cache grew 25×, was %d", grown.Bits(), before)
+	}
+}
+
+// deliveryFor delivers a dispatch of a request with blocks to replica i.
+func deliveryFor(r *Region, id string, i int, blocks ...uint64) balancer.Outcome {
+	rq := req(id, blocks...)
+	r.View(rq)
+	return balancer.Outcome{Request: rq, Decision: policy.Decision{Action: policy.Dispatch, Replica: i, Region: r.cfg.Name}}
+}
+
+func TestLoadPublisherSendsOnIntervalOrSignificantChange(t *testing.T) {
+	p := LoadPublisher{Interval: 250 * time.Millisecond}
+	steps := []struct {
+		at      time.Duration
+		load    Load
+		wantDue bool
+	}{
+		{0, Load{Replicas: 4}, true},                                      // the first summary
+		{50 * time.Millisecond, Load{Replicas: 4, Queued: 3}, false},      // small change, interval not over
+		{100 * time.Millisecond, Load{Replicas: 4, Queued: 9}, true},      // queue moved by more than 4
+		{150 * time.Millisecond, Load{Replicas: 3, Queued: 9}, true},      // a replica went
+		{300 * time.Millisecond, Load{Replicas: 3, Queued: 9}, false},     // 150 ms since the last
+		{400 * time.Millisecond, Load{Replicas: 3, Queued: 10}, true},     // interval over
+		{450 * time.Millisecond, Load{Replicas: 3, Outstanding: 8}, true}, // queue emptied: 10 → 0
+	}
+	var lastSeq uint64
+	for i, s := range steps {
+		seq, due := p.Due(t0.Add(s.at), s.load)
+		if due != s.wantDue {
+			t.Fatalf("step %d: due=%v, want %v", i, due, s.wantDue)
+		}
+		if due {
+			if seq <= lastSeq {
+				t.Fatalf("step %d: sequence %d not above %d", i, seq, lastSeq)
+			}
+			lastSeq = seq
+		}
+	}
+}
+
+func TestPolicyDefaultsAgreeWithTheControlPlane(t *testing.T) {
+	cp, sw := DefaultControlPlane(), policy.DefaultSkywalkerConfig()
+	if sw.MaxDataAge != cp.MaxDataAge || sw.MaxWANRTT != cp.MaxWANRTT {
+		t.Errorf("policy data age %v / WAN threshold %v, control plane %v / %v: one default each", sw.MaxDataAge, sw.MaxWANRTT, cp.MaxDataAge, cp.MaxWANRTT)
+	}
+	if got := (ControlPlane{}).WithDefaults(); got != cp {
+		t.Errorf("zero control plane with defaults %+v, want %+v", got, cp)
+	}
+}
+
+func TestSetReplicasKeepsStateOfThoseThatStay(t *testing.T) {
+	r, _ := newTestRegion(t, 2)
+	a := r.Replica("r0")
+	a.inFlight = 3
+	if err := r.SetReplicas([]string{"r2", "r0"}); err != nil {
+		t.Fatal(err)
+	}
+	if r.Replica("r1") != nil || r.Replica("r0") != a || a.InFlight() != 3 || r.Replicas()[0].Name() != "r2" {
+		t.Errorf("replicas %v: want r2 then r0, r0 with its state", names(r.Replicas()))
+	}
+	many := make([]string, 70)
+	for i := range many {
+		many[i] = fmt.Sprint("m", i)
+	}
+	if err := r.SetReplicas(many); err == nil || len(r.Replicas()) != 64 {
+		t.Errorf("70 replicas: err %v, %d tracked; want an error naming the 6 not tracked", err, len(r.Replicas()))
+	}
+}
+
+func names(rs []*Replica) []string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Name())
+	}
+	return out
+}

@@ -1,0 +1,266 @@
+// Package results is how every run is summarised: the simulator's, a live
+// bench run's and the demo's. One Result type, one percentile, one
+// Collector that turns requests as a client saw them into a Result, so a
+// simulated run and a live one print the same table computed the same
+// way. It must not know where samples come from.
+package results
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// Result is one run's outcome: one policy on one scenario, or one live
+// run. JSON field names are the `skywalker sim --format json` contract.
+type Result struct {
+	Policy    string         `json:"policy"`
+	Requests  int            `json:"requests"`
+	Completed int            `json:"completed"`
+	Dropped   int            `json:"dropped"`
+	Drops     map[string]int `json:"drop_reasons,omitempty"`
+	Retried   int            `json:"retried"`
+
+	TTFTP50Ms float64 `json:"ttft_p50_ms"`
+	TTFTP90Ms float64 `json:"ttft_p90_ms"`
+	TTFTP99Ms float64 `json:"ttft_p99_ms"`
+	E2EP50Ms  float64 `json:"e2e_p50_ms"`
+	E2EP99Ms  float64 `json:"e2e_p99_ms"`
+	TPOTMs    float64 `json:"tpot_ms"` // mean time per output token after the first
+
+	ThroughputTokS  float64 `json:"throughput_tok_s"`       // output tokens per second
+	PaperThroughput float64 `json:"paper_throughput_tok_s"` // (input + 2·output) tokens per second, as the SkyWalker paper reports
+	GoodputRPS      float64 `json:"goodput_rps"`            // requests meeting the TTFT SLO per second
+	SLOAttainment   float64 `json:"slo_attainment"`         // share of all requests (dropped included) meeting the SLO
+	CacheHitRate    float64 `json:"cache_hit_rate"`         // prompt tokens served from prefix caches
+	CrossRegion     float64 `json:"cross_region_share"`     // completed requests served outside their ingress region
+
+	Utilization map[string]float64     `json:"utilization,omitempty"`
+	Regions     map[string]RegionStats `json:"regions"`
+
+	// RegionOrder names the regions in Series order; ReplicaCounts gives
+	// each region's replicas (for utilization plots). Simulator only.
+	RegionOrder   []string       `json:"-"`
+	ReplicaCounts map[string]int `json:"-"`
+
+	Preemptions int64   `json:"preemptions"` // engine preemptions (recomputations) over all replicas
+	HoldP99Ms   float64 `json:"hold_p99_ms"` // time requests spent held in balancer queues, p99
+
+	Makespan float64 `json:"makespan_s"`
+	Events   int64   `json:"events,omitempty"`
+
+	Series *Series `json:"-"`
+}
+
+// RegionStats are one ingress region's figures.
+type RegionStats struct {
+	Arrivals     int     `json:"arrivals"`
+	Dropped      int     `json:"dropped"`
+	ServedLocal  int     `json:"served_local"`
+	ForwardedOut int     `json:"forwarded_out"`
+	Received     int     `json:"received"`
+	TTFTP50Ms    float64 `json:"ttft_p50_ms"`
+	TTFTP99Ms    float64 `json:"ttft_p99_ms"`
+	CacheHitRate float64 `json:"cache_hit_rate"`
+}
+
+// Totals are the run's figures in the form of one region's: every request
+// sent away was received somewhere.
+func (r *Result) Totals() RegionStats {
+	cross := int(math.Round(float64(r.Completed) * r.CrossRegion))
+	return RegionStats{Arrivals: r.Requests, Dropped: r.Dropped, ServedLocal: r.Completed - cross, ForwardedOut: cross, Received: cross,
+		TTFTP50Ms: r.TTFTP50Ms, TTFTP99Ms: r.TTFTP99Ms, CacheHitRate: r.CacheHitRate}
+}
+
+// Report is every policy's result on one scenario.
+type Report struct {
+	Scenario string    `json:"scenario"`
+	Seed     uint64    `json:"seed"`
+	Lengths  string    `json:"lengths,omitempty"`
+	Results  []*Result `json:"results"`
+}
+
+// Find returns the report's result for policy, or nil.
+func (r *Report) Find(policy string) *Result {
+	for _, res := range r.Results {
+		if res.Policy == policy {
+			return res
+		}
+	}
+	return nil
+}
+
+// Series are per-region time series in fixed buckets, for plots.
+type Series struct {
+	Bucket    time.Duration
+	Arrivals  [][]int           // [region][bucket]
+	Forwarded [][]int           // requests forwarded out
+	Queue     [][]int           // balancer queue length at the bucket's last summary
+	Busy      [][]time.Duration // engine busy time started in the bucket
+}
+
+// Percentile is the nearest-rank percentile of sorted values (0 for none).
+func Percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// Round keeps results readable and stable across platforms.
+func Round(x float64, digits int) float64 {
+	p := math.Pow(10, float64(digits))
+	return math.Round(x*p) / p
+}
+
+// Ms converts a duration to float milliseconds.
+func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// Sample is one request as its client saw it.
+type Sample struct {
+	Ingress string // the region the client sent it to
+	Served  string // the region that served it ("" if it failed)
+	// Start is when the request arrived, End when its last byte did,
+	// both as offsets from any fixed origin shared by the run.
+	Start, End   time.Duration
+	TTFT         time.Duration // to the first token
+	Held         time.Duration // spent in balancer queues, when known
+	PromptTokens int
+	OutputTokens int
+	CachedTokens int
+	Retried      bool
+	// Dropped names why the request failed ("" when it completed).
+	Dropped string
+}
+
+// Collector turns samples into a Result. It keeps three numbers per
+// completed request, so a million-request simulated day fits easily. Not
+// safe for concurrent use.
+type Collector struct {
+	slo                 time.Duration
+	requests, completed int
+	retried             int
+	drops               map[string]int
+	ttft, e2e, hold     []float64
+	tpotSum             float64
+	tpotN               int
+	in, out, cached     int64
+	sloHits, cross      int
+	first, last         time.Duration
+	started             bool
+	regions             map[string]*regionAcc
+	regionOrder         []string
+}
+
+type regionAcc struct {
+	stats         RegionStats
+	ttft          []float64
+	prompt, cache int64
+}
+
+// NewCollector returns an empty collector judging TTFT against slo (zero:
+// every completed request meets it).
+func NewCollector(slo time.Duration) *Collector {
+	return &Collector{slo: slo, drops: map[string]int{}, regions: map[string]*regionAcc{}}
+}
+
+func (c *Collector) region(name string) *regionAcc {
+	a := c.regions[name]
+	if a == nil {
+		a = &regionAcc{}
+		c.regions[name] = a
+		c.regionOrder = append(c.regionOrder, name)
+	}
+	return a
+}
+
+// Add counts one request.
+func (c *Collector) Add(s Sample) {
+	c.requests++
+	if !c.started || s.Start < c.first {
+		c.first, c.started = s.Start, true
+	}
+	if s.Retried {
+		c.retried++
+	}
+	in := c.region(s.Ingress)
+	in.stats.Arrivals++
+	if s.Dropped != "" {
+		c.drops[s.Dropped]++
+		in.stats.Dropped++
+		return
+	}
+	c.completed++
+	ttft, e2e := Ms(s.TTFT), Ms(s.End-s.Start)
+	c.ttft = append(c.ttft, ttft)
+	c.e2e = append(c.e2e, e2e)
+	c.hold = append(c.hold, Ms(s.Held))
+	in.ttft = append(in.ttft, ttft)
+	if s.OutputTokens > 1 {
+		c.tpotSum += (e2e - ttft) / float64(s.OutputTokens-1)
+		c.tpotN++
+	}
+	c.in += int64(s.PromptTokens)
+	c.out += int64(s.OutputTokens)
+	c.cached += int64(s.CachedTokens)
+	in.prompt += int64(s.PromptTokens)
+	in.cache += int64(s.CachedTokens)
+	if c.slo <= 0 || s.TTFT <= c.slo {
+		c.sloHits++
+	}
+	if s.Served == s.Ingress || s.Served == "" {
+		in.stats.ServedLocal++
+	} else {
+		c.cross++
+		in.stats.ForwardedOut++
+		c.region(s.Served).stats.Received++
+	}
+	c.last = max(c.last, s.End)
+}
+
+// Result summarises what was added, labelled with the policy's name.
+func (c *Collector) Result(policy string) *Result {
+	slices.Sort(c.ttft)
+	slices.Sort(c.e2e)
+	slices.Sort(c.hold)
+	res := &Result{Policy: policy, Requests: c.requests, Completed: c.completed, Retried: c.retried,
+		TTFTP50Ms: Round(Percentile(c.ttft, 0.50), 1), TTFTP90Ms: Round(Percentile(c.ttft, 0.90), 1),
+		TTFTP99Ms: Round(Percentile(c.ttft, 0.99), 1), E2EP50Ms: Round(Percentile(c.e2e, 0.50), 1),
+		E2EP99Ms: Round(Percentile(c.e2e, 0.99), 1), HoldP99Ms: Round(Percentile(c.hold, 0.99), 1),
+		Regions: map[string]RegionStats{}}
+	for _, n := range c.drops {
+		res.Dropped += n
+	}
+	if len(c.drops) > 0 {
+		res.Drops = c.drops
+	}
+	if c.tpotN > 0 {
+		res.TPOTMs = Round(c.tpotSum/float64(c.tpotN), 2)
+	}
+	if span := (c.last - c.first).Seconds(); span > 0 {
+		res.Makespan = Round(span, 1)
+		res.ThroughputTokS = Round(float64(c.out)/span, 1)
+		res.PaperThroughput = Round(float64(c.in+2*c.out)/span, 1)
+		res.GoodputRPS = Round(float64(c.sloHits)/span, 3)
+	}
+	if c.requests > 0 {
+		res.SLOAttainment = Round(float64(c.sloHits)/float64(c.requests), 4)
+	}
+	if c.in > 0 {
+		res.CacheHitRate = Round(float64(c.cached)/float64(c.in), 4)
+	}
+	if c.completed > 0 {
+		res.CrossRegion = Round(float64(c.cross)/float64(c.completed), 4)
+	}
+	for _, name := range c.regionOrder {
+		a := c.regions[name]
+		slices.Sort(a.ttft)
+		a.stats.TTFTP50Ms, a.stats.TTFTP99Ms = Round(Percentile(a.ttft, 0.5), 1), Round(Percentile(a.ttft, 0.99), 1)
+		if a.prompt > 0 {
+			a.stats.CacheHitRate = Round(float64(a.cache)/float64(a.prompt), 4)
+		}
+		res.Regions[name] = a.stats
+	}
+	return res
+}

@@ -1,0 +1,295 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"net/url"
+	"reflect"
+	"testing"
+	"time"
+
+	"skywalker/internal/balancer"
+	"skywalker/internal/digest"
+	"skywalker/internal/engine"
+	"skywalker/internal/engine/server"
+	"skywalker/internal/mesh"
+	"skywalker/internal/policy"
+	"skywalker/internal/proxy"
+	"skywalker/internal/region"
+	"skywalker/internal/request"
+	"skywalker/internal/workload"
+)
+
+// The drivers' parity test, as internal/engine/server's agree test is the
+// engine's: one world — three replicas in the same engine states, the same
+// peers' summaries, digests and probes — fed through the proxy's driver
+// (its /metrics scraping and parsing, its health checks, its mesh table,
+// Route, Done) and through the simulator's (its scrape of the engine model,
+// its simulated mesh arrivals, its arrival and completion events) must give
+// identical views, load summaries, digests and decisions. If either driver
+// starts building its view its own way, this fails.
+
+// tablePeers is the proxy's mesh reduced to its peer table, read at the
+// world's current time.
+type tablePeers struct {
+	table *mesh.Table
+	now   func() time.Time
+}
+
+func (p tablePeers) Peers() []region.Peer { return p.table.Peers(p.now()) }
+
+// prepare puts an engine in a busy, deterministic state: i+2 sequences of
+// different lengths, and i+1 steps taken.
+func prepare(e *engine.Engine, i int, at time.Time) {
+	for j := range i + 2 {
+		blocks := make([]uint64, 4+3*j)
+		for k := range blocks {
+			blocks[k] = uint64(1000*i + 10*j + k + 1)
+		}
+		_ = e.Add(&engine.Sequence{ID: fmt.Sprint(i, "/", j), PromptTokens: 128*len(blocks) + 5, MaxTokens: 64, Units: blocks, UnitTokens: 128, Arrival: at})
+	}
+	for range i + 1 {
+		if d, ok := e.BeginStep(at); ok {
+			at = at.Add(d)
+			e.EndStep(at, nopSink{})
+		}
+	}
+}
+
+type nopSink struct{}
+
+func (nopSink) FirstToken(*engine.Sequence, time.Time) {}
+func (nopSink) Token(*engine.Sequence, time.Time)      {}
+func (nopSink) Finished(*engine.Sequence, time.Time)   {}
+
+func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
+	prof, _ := engine.LookupProfile("llama3-8b-a100")
+	const replicas = 3
+
+	// The simulator's driver: region us-east of a three-region world.
+	pcfg := proxy.DefaultConfig()
+	pcfg.Region, pcfg.Jurisdiction, pcfg.NodeID, pcfg.Profile, pcfg.MaxWANRTT = "us-east", "us", "us-east", prof.Name, 200*time.Millisecond
+	scfg := Config{Regions: []RegionSpec{{Name: "us-east", Replicas: replicas, Profile: prof, Jurisdiction: "us"},
+		{Name: "eu-west", Replicas: 4, Profile: prof, Jurisdiction: "eu"}, {Name: "ap-east", Replicas: 4, Profile: prof, Jurisdiction: "ap"}},
+		RTT:    [][]time.Duration{{0, 72 * time.Millisecond, 160 * time.Millisecond}, {72 * time.Millisecond, 0, 180 * time.Millisecond}, {160 * time.Millisecond, 180 * time.Millisecond, 0}},
+		Policy: "skywalker", PolicyConfig: ptr(pcfg.PolicyConfig()), MaxInFlight: pcfg.MaxInFlight, Control: pcfg.ControlPlane(),
+		Balancer: balancer.Config{MaxQueue: pcfg.MaxQueue, MaxWait: pcfg.MaxWait}}
+	w, err := newWorld(scfg, workload.NewSliceSource(nil), time.Hour, 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	us := w.regions[0]
+	now := func() time.Time { return w.clock(w.now) }
+
+	// The proxy's driver, with the same replicas (named as the simulator
+	// names them), engines behind HTTP handlers, and a mesh table.
+	var urls []*url.URL
+	engines := make([]*server.Server, replicas)
+	for i := range replicas {
+		u, _ := url.Parse(fmt.Sprintf("http://us-east-%d", i))
+		urls = append(urls, u)
+		pcfg.WorkerPool = append(pcfg.WorkerPool, u.String())
+		if engines[i], err = server.New(server.Config{Model: "m", Engine: engine.Config{Profile: prof}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pcfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	pol, _ := policy.New("skywalker", pcfg.PolicyConfig())
+	table := mesh.NewTable("us-east", pcfg.ControlPlane())
+	router, err := proxy.NewRouter(pcfg, proxy.RouterOptions{Policy: pol, Peers: tablePeers{table, now}, Clock: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := router.SetReplicas(urls); err != nil {
+		t.Fatal(err)
+	}
+
+	// Same engine states on both sides.
+	for i := range replicas {
+		prepare(us.replicas[i].eng, i, now())
+		engines[i].Engine(func(e *engine.Engine) { prepare(e, i, now()) })
+	}
+
+	// The peers: what memberlist would deliver to the proxy, and what the
+	// simulated links deliver to the simulator's region.
+	for _, p := range []mesh.Meta{{Region: "eu-west", Jurisdiction: "eu"}, {Region: "ap-east", Jurisdiction: "ap"}} {
+		table.Join(p.Region, p)
+	}
+	peerDigest := digest.New("eu-west", "eu-west", 3, 10_000, 0.01)
+	shared := []uint64{501, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511, 512, 513, 514, 515, 516, 517, 518, 519, 520}
+	for _, b := range shared {
+		peerDigest.Add(b)
+	}
+	peerDigest = peerDigest.Clone()
+	euLoad := region.Load{QueueWait: 40 * time.Millisecond, Queued: 1, Replicas: 4, Slots: 256, Outstanding: 30, Prefill: prof.Prefill()}
+	apLoad := region.Load{Queued: 0, Replicas: 4, Slots: 256, Outstanding: 3, Prefill: prof.Prefill()}
+	step := func(d time.Duration) { w.now += d }
+	step(10 * time.Millisecond)
+	table.ObserveLoad("eu-west", 7, euLoad, now())
+	table.ObserveLoad("ap-east", 2, apLoad, now())
+	table.ObserveDigest("eu-west", peerDigest, now())
+	mustHandle(t, w, event{kind: evLoadArrive, region: 0, replica: 1, payload: loadMsg{seq: 7, load: euLoad}})
+	mustHandle(t, w, event{kind: evLoadArrive, region: 0, replica: 2, payload: loadMsg{seq: 2, load: apLoad}})
+	mustHandle(t, w, event{kind: evDigestArrive, region: 0, replica: 1, payload: peerDigest})
+	for i := range 5 {
+		step(20 * time.Millisecond)
+		table.ObserveProbe("eu-west", 72*time.Millisecond+time.Duration(i)*time.Millisecond, true, now())
+		mustHandle(t, w, event{kind: evProbeResult, region: 0, payload: probeResult{peer: "eu-west", rtt: 72*time.Millisecond + time.Duration(i)*time.Millisecond, ok: true}})
+		if i < 2 {
+			table.ObserveProbe("ap-east", 160*time.Millisecond, true, now())
+			mustHandle(t, w, event{kind: evProbeResult, region: 0, payload: probeResult{peer: "ap-east", rtt: 160 * time.Millisecond, ok: true}})
+		}
+	}
+
+	// A scrape round and a health round, each side its own way, then the
+	// pump that follows a scrape round.
+	step(30 * time.Millisecond)
+	scrapeProxy := func() {
+		for i, e := range engines {
+			rec := httptest.NewRecorder()
+			e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			router.ObserveScrape(fmt.Sprintf("us-east-%d", i), rec.Code, rec.Body)
+		}
+		router.Pump()
+	}
+	scrapeProxy()
+	mustHandle(t, w, event{kind: evScrape, region: 0})
+	for i := range replicas {
+		router.ObserveHealth(fmt.Sprintf("us-east-%d", i), true)
+	}
+	mustHandle(t, w, event{kind: evHealth, region: 0})
+
+	probes := []*request.Request{
+		probe("short, nothing cached", 2, ""),
+		probe("long, cached at eu-west", 24, "", shared...),
+		probe("resident in eu", 8, "eu"),
+		probe("resident in ap, whose gate is still closed", 8, "ap"),
+		probe("cached on a local replica", 10, "", 1, 2, 3, 4),
+	}
+	compare := func(when string) {
+		t.Helper()
+		for _, req := range probes {
+			pv, sv := router.View(req), us.core.View(req)
+			sv.Local.Queued = us.core.Queued()
+			if !reflect.DeepEqual(pv, copyView(sv)) {
+				t.Errorf("%s, %s: views differ\nproxy %+v\nsim   %+v", when, req.ID, pv, copyView(sv))
+			}
+			if pd, sd := router.Decide(req), us.core.Decide(req); pd != sd {
+				t.Errorf("%s, %s: decisions differ: proxy %+v, sim %+v", when, req.ID, pd, sd)
+			}
+		}
+		if pl, sl := router.Load(), us.core.Load(); pl != sl {
+			t.Errorf("%s: load summaries differ: proxy %+v, sim %+v", when, pl, sl)
+		}
+		if pd, sd := router.Digest(), us.core.Digest(); !reflect.DeepEqual(pd.Words(), sd.Words()) || pd.Generation != sd.Generation {
+			t.Errorf("%s: digests differ (generations %d and %d)", when, pd.Generation, sd.Generation)
+		}
+	}
+	compare("after the first scrape")
+	if v := router.View(probes[0]); !v.Local.Replicas[2].HasRoom() && !v.Local.Replicas[0].HasRoom() || !v.Peers[1].GateOpen || v.Peers[0].GateOpen {
+		t.Fatalf("the world is not what the test means to build: %+v", v)
+	}
+
+	// Arrivals: each side routes the same requests its own way; what the
+	// proxy dispatches reaches its engine as the HTTP request would.
+	var dispatched []*simRequest
+	for i, req := range probes {
+		if req.Residency == "ap" {
+			continue // would be held: nothing to deliver
+		}
+		step(time.Millisecond)
+		preq, sreq := *req, *req
+		preq.ID, sreq.ID = fmt.Sprint("r", i), fmt.Sprint("r", i)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		pd, err := router.Route(ctx, &preq)
+		cancel()
+		if err != nil {
+			t.Fatalf("proxy: %s was not routed: %v", req.ID, err)
+		}
+		sr := &simRequest{req: &sreq, ingress: 0, served: -1, forwardedTo: -1, arrival: w.now, firstToken: -1}
+		mustHandle(t, w, event{kind: evArrival, region: 0, req: sr})
+		proxyTarget, simTarget := "forward to "+peerName(pd.Peer), "forward to "+regionName(w, sr.forwardedTo)
+		if pd.Replica != nil {
+			proxyTarget = "dispatch to " + pd.Replica.Name()
+			i := replicaIndex(pd.Replica.Name())
+			engines[i].Engine(func(e *engine.Engine) {
+				_ = e.Add(&engine.Sequence{ID: preq.ID, PromptTokens: preq.PromptTokens, MaxTokens: preq.MaxTokens, Units: preq.Blocks,
+					UnitTokens: preq.BlockTokens, Arrival: now()})
+				if !e.Busy() {
+					e.BeginStep(now()) // as the engine's loop does when a request arrives
+				}
+			})
+		}
+		if sr.replica != nil {
+			simTarget = "dispatch to " + sr.replica.name
+			dispatched = append(dispatched, sr)
+		}
+		if proxyTarget != simTarget {
+			t.Errorf("arrival %s: the proxy routed it %s, the simulator %s", req.ID, proxyTarget, simTarget)
+		}
+	}
+	compare("after the arrivals")
+	scrapeProxy()
+	mustHandle(t, w, event{kind: evScrape, region: 0})
+	compare("after the arrivals were scraped")
+
+	// Completions: the proxy measures service from send to last byte, the
+	// simulator from dispatch to the engine's finish.
+	step(1200 * time.Millisecond)
+	for _, sr := range dispatched {
+		router.Done(sr.replica.name, w.now-sr.dispatched, proxy.Served)
+		sr.firstToken = w.now
+		sink{r: us, rp: sr.replica}.Finished(&engine.Sequence{ID: sr.req.ID, PromptTokens: sr.req.PromptTokens, Generated: 2, Data: sr}, now())
+	}
+	if len(dispatched) == 0 {
+		t.Fatal("nothing was dispatched: the test exercises no completion")
+	}
+	compare("after the completions")
+}
+
+func peerName(p *region.Peer) string {
+	if p == nil {
+		return "nowhere"
+	}
+	return p.Region
+}
+
+func regionName(w *world, i int) string {
+	if i < 0 {
+		return "nowhere"
+	}
+	return w.regions[i].spec.Name
+}
+
+func replicaIndex(name string) int {
+	var i int
+	_, _ = fmt.Sscanf(name, "us-east-%d", &i)
+	return i
+}
+
+func mustHandle(t *testing.T, w *world, e event) {
+	t.Helper()
+	e.at = w.now
+	if err := w.handle(e); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func probe(id string, blocks int, residency string, prefix ...uint64) *request.Request {
+	b := append([]uint64(nil), prefix...)
+	for len(b) < blocks {
+		b = append(b, uint64(9_000_000+len(b))+uint64(len(id)))
+	}
+	return &request.Request{ID: id, Region: "us-east", PromptTokens: 128*len(b) + 17, MaxTokens: 32, Blocks: b, BlockTokens: 128, Residency: residency}
+}
+
+func copyView(v *policy.View) policy.View {
+	l := v.Local
+	l.Replicas = append([]policy.Replica(nil), l.Replicas...)
+	return policy.View{Local: l, Peers: append([]policy.PeerRegion(nil), v.Peers...)}
+}
+
+func ptr[T any](v T) *T { return &v }
