@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,14 +44,14 @@ func TestRunMeasuresWhatTheClientSees(t *testing.T) {
 		req := &request.Request{ID: string(rune('a' + i)), PromptTokens: 300, MaxTokens: 8, Blocks: []uint64{42, uint64(i)}, BlockTokens: 128}
 		arrivals = append(arrivals, workload.Arrival{At: time.Duration(i) * 20 * time.Millisecond, Region: "r", Request: req})
 	}
-	var seen int
+	var seen atomic.Int64 // OnSample runs on many goroutines at once
 	res, samples, err := Run(ctx, Config{Default: engineURL, Source: workload.NewSliceSource(arrivals), SLO: time.Second, Label: "live",
-		OnSample: func(Sample) { seen++ }})
+		OnSample: func(Sample) { seen.Add(1) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Requests != 12 || res.Completed != 12 || len(samples) != 12 || seen != 12 {
-		t.Fatalf("result %+v, %d samples, %d callbacks", res, len(samples), seen)
+	if res.Requests != 12 || res.Completed != 12 || len(samples) != 12 || seen.Load() != 12 {
+		t.Fatalf("result %+v, %d samples, %d callbacks", res, len(samples), seen.Load())
 	}
 	for _, s := range samples {
 		if s.TTFT <= 0 || s.E2E < s.TTFT || s.OutputTokens != 8 || s.Served != "r" {

@@ -13,6 +13,17 @@ type peerFilter struct {
 	maxRTT      time.Duration // skip peers farther than this; 0: no bound
 }
 
+// forRequest is the filter for req in view v. A request the local region
+// may not serve (data residency) may cross a closed gate or a link over the
+// RTT threshold: the gate keeps requests off slow links when staying is an
+// option, and for this one it is not — slow beats never.
+func (f peerFilter) forRequest(req *request.Request, v *View) peerFilter {
+	if !req.AllowedIn(v.Local.Jurisdiction) {
+		f.respectGate, f.maxRTT = false, 0
+	}
+	return f
+}
+
 // eligible reports whether req may be forwarded to p. A forwarded request
 // never goes further (one hop); residency and health always apply.
 func (f peerFilter) eligible(req *request.Request, p *PeerRegion) bool {

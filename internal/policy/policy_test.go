@@ -291,8 +291,8 @@ func TestCacheAware(t *testing.T) {
 
 // TestNoPolicyBreaksTheHardRules routes random requests over random views
 // with every policy and checks what must always hold: residency, health,
-// one hop, and for the WAN-aware policies the gate, the threshold and
-// freshness.
+// one hop, and for the WAN-aware policies freshness, and the gate and the
+// threshold for every request that could be served locally.
 func TestNoPolicyBreaksTheHardRules(t *testing.T) {
 	rng := rand.New(rand.NewPCG(42, 42))
 	jurisdictions := []string{"us", "eu", "ap"}
@@ -321,8 +321,14 @@ func TestNoPolicyBreaksTheHardRules(t *testing.T) {
 				if !peer.Healthy || !req.AllowedIn(peer.Jurisdiction) || d.Region != peer.Name {
 					t.Fatalf("%s: forwarded to an unhealthy or non-resident peer %+v", where, peer)
 				}
-				if (name == "skywalker" || name == "skylb") && (!peer.GateOpen || peer.RTT > 120*time.Millisecond || peer.DataAge > 2*time.Second) {
-					t.Fatalf("%s: crossed a closed, slow or stale link %+v", where, peer)
+				wanAware := name == "skywalker" || name == "skylb"
+				if wanAware && peer.DataAge > 2*time.Second {
+					t.Fatalf("%s: forwarded on stale data %+v", where, peer)
+				}
+				// The gate and the threshold apply while the request could
+				// stay; one the local region may not serve may cross them.
+				if wanAware && req.AllowedIn(v.Local.Jurisdiction) && (!peer.GateOpen || peer.RTT > 120*time.Millisecond) {
+					t.Fatalf("%s: crossed a closed or slow link %+v", where, peer)
 				}
 			}
 		}
@@ -398,5 +404,32 @@ func TestLocalQueueWait(t *testing.T) {
 	l.Replicas[0].InFlight = 1
 	if got := l.QueueWait(); got != 0 {
 		t.Errorf("a replica has room: %v, want 0", got)
+	}
+}
+
+// TestAResidentRequestCrossesAClosedGate: the gate keeps requests off slow
+// links while they could stay; a request only a peer may serve goes there
+// over a closed gate (slow beats never), but never to a stale peer.
+func TestAResidentRequestCrossesAClosedGate(t *testing.T) {
+	for _, name := range []string{"skywalker", "skylb"} {
+		p, _ := New(name, DefaultConfig())
+		req := exampleRequest()
+		req.Residency = "eu"
+		v := &View{Local: LocalRegion{Name: "us-east", Jurisdiction: "us", Replicas: []Replica{{Name: "a", Healthy: true}}, Prefill: fastPrefill},
+			Peers: []PeerRegion{{Name: "eu-west", Jurisdiction: "eu", Healthy: true, RTT: 180 * time.Millisecond, GateOpen: false,
+				GateReason: "rtt sample 190ms over 120ms", Replicas: 2, Slots: 16, DataAge: 300 * time.Millisecond, Prefill: fastPrefill}}}
+		if d := p.Route(req, v); d.Action != Forward || d.Region != "eu-west" {
+			t.Errorf("%s: an EU-resident request at us-east: %+v, want it forwarded to eu-west over the closed gate", name, d)
+		}
+		v.Peers[0].DataAge = 5 * time.Second
+		if d := p.Route(req, v); d.Action == Forward {
+			t.Errorf("%s: forwarded to a peer whose data is 5 s old: %+v", name, d)
+		}
+		req.Residency = ""
+		v.Peers[0].DataAge = 300 * time.Millisecond
+		v.Local.Replicas[0].Waiting = 3 // busy: a peer would be welcome, but not over a closed gate
+		if d := p.Route(req, v); d.Action == Forward {
+			t.Errorf("%s: a request that may stay crossed a closed gate: %+v", name, d)
+		}
 	}
 }

@@ -39,9 +39,10 @@ func (s *SkyLB) Route(req *request.Request, v *View) Decision {
 		}
 	}
 	best := -1
+	filter := s.filter.forRequest(req, v)
 	for i := range v.Peers {
 		p := &v.Peers[i]
-		if !s.filter.eligible(req, p) || (allowed && p.Queued >= localQueue) {
+		if !filter.eligible(req, p) || (allowed && p.Queued >= localQueue) {
 			continue
 		}
 		if best < 0 || p.Queued < v.Peers[best].Queued || (p.Queued == v.Peers[best].Queued && p.RTT < v.Peers[best].RTT) {

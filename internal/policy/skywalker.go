@@ -102,9 +102,10 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 
 	bestPeer := -1
 	var peerScore, peerEstimate time.Duration
+	filter := s.filter.forRequest(req, v)
 	for i := range v.Peers {
 		p := &v.Peers[i]
-		if !s.filter.eligible(req, p) {
+		if !filter.eligible(req, p) {
 			continue
 		}
 		cached := req.CachedTokens(p.PrefixBlocks)
