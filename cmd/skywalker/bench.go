@@ -43,7 +43,7 @@ hits and, behind SkyWalker, which region served each request.
 			if err != nil {
 				return err
 			}
-			cfg := bench.Config{Endpoints: map[string]string{}, Model: model, Speedup: speedup, SLO: sc.SLO.TTFT, Label: "live"}
+			cfg := bench.Config{Endpoints: map[string]string{}, Model: model, Speedup: speedup, SLO: sc.SLO.Objective(), Label: "live"}
 			for _, e := range strings.Split(endpoints, ",") {
 				region, url, ok := strings.Cut(e, "=")
 				if !ok {

@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 )
@@ -30,6 +31,28 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newExplainCommand(), newEngineCommand(), newSimCommand(), newServeCommand(), newPlanCommand(), newDemoCommand(), newBenchCommand())
+	var cpuProfile string
+	var profileFile *os.File
+	root.PersistentFlags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the command to this file (for go tool pprof)")
+	_ = root.PersistentFlags().MarkHidden("cpuprofile")
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if cpuProfile == "" {
+			return nil
+		}
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		profileFile = f
+		return pprof.StartCPUProfile(f)
+	}
+	root.PersistentPostRunE = func(*cobra.Command, []string) error {
+		if profileFile == nil {
+			return nil
+		}
+		pprof.StopCPUProfile()
+		return profileFile.Close()
+	}
+	root.AddCommand(newExplainCommand(), newEngineCommand(), newSimCommand(), newServeCommand(), newPlanCommand(), newDemoCommand(), newBenchCommand(), newEvalCommand())
 	return root
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"skywalker/internal/eval"
 	"skywalker/internal/plan"
 	"skywalker/internal/report"
 	"skywalker/internal/sim"
@@ -17,10 +19,12 @@ import (
 
 func newPlanCommand() *cobra.Command {
 	var (
-		scenario, demandFile, from, format, out string
-		trace                                   string
-		capacity, target, wanMs, traceScale     float64
-		measure, verify                         bool
+		scenario, demandFile, from, format, outDir string
+		trace                                      string
+		capacity, target, wanMs, traceScale        float64
+		measure, verify                            bool
+		seeds                                      int
+		policyList                                 string
 	)
 	cmd := &cobra.Command{
 		Use:   "plan",
@@ -29,8 +33,9 @@ func newPlanCommand() *cobra.Command {
 with reserving for the peak of the summed demand, places the shared
 reservation over regions (a linear program: every hour served, only over links
 under the WAN threshold, never across residency boundaries, least RTT-weighted
-cross-region traffic), and with --verify simulates the day under skywalker and
-local to find each policy's smallest reservation that meets the SLO.
+cross-region traffic), and with --verify runs the evaluation (skywalker eval)
+on the scenario: every policy's smallest reservation, placed as planned, at
+which the SLO target is met over the simulated day, over --seeds seeds.
 
 Demand comes from --scenario (its diurnal curves), --demand (CSV or YAML),
 --from (live proxies' /v1/skywalker/demand), or --trace with --scenario (a
@@ -106,43 +111,39 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 			if err != nil {
 				return err
 			}
-			var verification []plan.Verification
+			out := planOutput{Result: res}
 			if verify {
-				if sc == nil {
-					return fmt.Errorf("--verify needs --scenario to simulate")
+				if sc == nil || trace != "" {
+					return fmt.Errorf("--verify simulates the --scenario's own workload (without --trace)")
 				}
-				verification, err = plan.Verify(sc, in, res, plan.VerifyOptions{Target: target, Progress: func(p string, t plan.Trial) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "verify: %-10s %3d replicas %v -> SLO attainment %.2f%%\n", p, t.Replicas, t.Placement, 100*t.SLOAttainment)
-				}})
-				if err != nil {
+				if out.Verification, err = verifyPlan(cmd, sc, in, target, seeds, policyList); err != nil {
 					return err
 				}
 			}
-			rep := plan.NewReport(res, verification, target)
 			w := cmd.OutOrStdout()
 			switch format {
 			case "json":
-				err = report.JSON(w, rep)
+				err = report.JSON(w, out)
 			case "table":
-				err = rep.WriteTable(w)
+				err = out.writeTable(w)
 			default:
 				return fmt.Errorf("--format must be table or json, not %q", format)
 			}
-			if err != nil || out == "" {
+			if err != nil || outDir == "" {
 				return err
 			}
-			if err := os.MkdirAll(out, 0o755); err != nil {
+			if err := os.MkdirAll(outDir, 0o755); err != nil {
 				return err
 			}
-			f, err := os.Create(filepath.Join(out, "plan.json"))
+			f, err := os.Create(filepath.Join(outDir, "plan.json"))
 			if err != nil {
 				return err
 			}
 			defer f.Close()
-			if err := report.JSON(f, rep); err != nil {
+			if err := report.JSON(f, out); err != nil {
 				return err
 			}
-			_, err = report.PlanPlot(out, in, res)
+			_, err = report.PlanPlot(outDir, in, res)
 			return err
 		},
 	}
@@ -154,10 +155,58 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 	f.Float64Var(&traceScale, "trace-scale", 1, "multiply the stretched trace's demand")
 	f.Float64Var(&capacity, "capacity", 0, "requests/s one replica serves within the SLO")
 	f.BoolVar(&measure, "measure-capacity", false, "measure the capacity by simulating the scenario's engine profile")
-	f.BoolVar(&verify, "verify", false, "simulate the day: SLO attainment at the plan, and each policy's smallest reservation")
+	f.BoolVar(&verify, "verify", false, "simulate the day: each policy's smallest reservation that meets --target, and its SLO attainment at the plan")
+	f.IntVar(&seeds, "seeds", 5, "with --verify: seeds per number")
+	f.StringVar(&policyList, "policies", "", "with --verify: comma-separated policies, policy@region for one router there (default: all)")
 	f.Float64Var(&target, "target", 0.99, "SLO attainment a reservation must meet")
 	f.Float64Var(&wanMs, "max-wan-rtt-ms", 120, "links slower than this cannot share capacity")
 	f.StringVar(&format, "format", "table", "output: table or json")
-	f.StringVar(&out, "out", "", "directory for plan.json and plan.svg")
+	f.StringVar(&outDir, "out", "", "directory for plan.json and plan.svg")
 	return cmd
+}
+
+// planOutput is what `plan` prints: the plan and, with --verify, its
+// evaluation.
+type planOutput struct {
+	*plan.Result
+	Verification *eval.ScenarioResult `json:"verification,omitempty"`
+}
+
+func (o planOutput) writeTable(w io.Writer) error {
+	if err := o.Result.WriteTable(w); err != nil {
+		return err
+	}
+	if o.Verification == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "\nverification (%s):\n\n%s", o.Verification.Name, report.HeadlineTable(o.Verification))
+	for _, t := range o.Verification.Targets {
+		mark := "met"
+		if !t.Met {
+			mark = "MISSED"
+		}
+		fmt.Fprintf(w, "  %s — %s: %s\n", t.Goal, mark, t.Detail)
+	}
+	return nil
+}
+
+// verifyPlan evaluates the scenario with the plan's capacity and WAN
+// threshold: every policy's smallest reservation meeting target, and its
+// figures at the planned fleet under the nominal load.
+func verifyPlan(cmd *cobra.Command, sc *sim.Scenario, in plan.Input, target float64, seeds int, policyList string) (*eval.ScenarioResult, error) {
+	if seeds < 1 || seeds > 50 {
+		return nil, fmt.Errorf("--seeds must be in 1..50, not %d", seeds)
+	}
+	spec := *sc
+	spec.PlanCapacity, spec.Control.MaxWANRTT = in.Capacity, in.MaxWANRTT
+	opt := eval.Options{Entries: []eval.Entry{{Scenario: sc.Name, Role: eval.RoleOf(sc.Name), Spec: &spec}},
+		Seeds: seeds, Target: target, Loads: []float64{1}, Sizes: []float64{1}, Variants: parseVariants(policyList)}
+	progress := newProgress(cmd.ErrOrStderr(), 1, false)
+	defer progress.finish()
+	opt.Progress = progress.set
+	rep, err := eval.Run(cmd.Context(), opt)
+	if err != nil {
+		return nil, err
+	}
+	return rep.Scenarios[0], nil
 }

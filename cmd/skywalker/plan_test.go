@@ -22,8 +22,11 @@ func TestPlanFromTheScenario(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if got.Isolated != 18 || got.Aggregated != 13 || len(got.Placement) != 3 {
-		t.Errorf("plan %+v, want 18 isolated and 13 aggregated replicas", got)
+	// Isolated: each region's 3 requests/s peak over 0.32 per replica is
+	// 9.4, so 10 each. Aggregated: the three curves' sum peaks at 6.7
+	// requests/s, 21 replicas — the fleet the scenario runs.
+	if got.Isolated != 30 || got.Aggregated != 21 || len(got.Placement) != 3 {
+		t.Errorf("plan %+v, want 30 isolated and 21 aggregated replicas", got)
 	}
 }
 
@@ -31,35 +34,40 @@ func TestPlanFromTheScenario(t *testing.T) {
 // day small enough for CI.
 func TestPlanVerifyOnASmallScenario(t *testing.T) {
 	dir := t.TempDir()
-	scenario := filepath.Join(dir, "two.yaml")
-	yaml := `name: two-regions
-seed: 3
-regions:
-  - {name: east, replicas: 2, profile: llama3-8b-h100, utc_offset: -5, jurisdiction: us}
-  - {name: west, replicas: 2, profile: llama3-8b-h100, utc_offset: 7, jurisdiction: us}
-rtt: [{a: east, b: west, ms: 60}]
-slo: {ttft: 1s}
-plan_capacity: 8
-control_plane: {max_wan_rtt: 120ms}
-workload: {kind: diurnal, day: 6m, duration: 6m, peak_rps: 12, valley_ratio: 0.3, mean_turns: 2, think_time: 5s,
-  tenants: 4, tenant_prompt_tokens: 512, max_prompt_tokens: 4096, max_output_tokens: 128, lengths: synthetic}
-`
-	if err := os.WriteFile(scenario, []byte(yaml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	out, err := run(t, "plan", "--scenario", scenario, "--verify", "--target", "0.95", "--format", "json", "--out", dir)
+	scenario := "../../internal/eval/testdata/two-regions.yaml"
+	out, err := run(t, "plan", "--scenario", scenario, "--verify", "--target", "0.95", "--seeds", "2",
+		"--policies", "skywalker,local,cache-aware@east", "--format", "json", "--out", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got struct {
-		SLO         map[string]float64 `json:"slo_attainment"`
-		MinReplicas map[string]int     `json:"min_replicas"`
+		Planned      int `json:"planned_replicas"`
+		Verification struct {
+			Role     string `json:"role"`
+			Variants []struct {
+				Variant     string `json:"variant"`
+				MinReplicas struct {
+					Mean  float64 `json:"mean"`
+					Seeds int     `json:"seeds"`
+				} `json:"min_replicas"`
+				Load []struct {
+					Replicas int `json:"replicas"`
+				} `json:"load_curve"`
+			} `json:"variants"`
+		} `json:"verification"`
 	}
 	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &got); err != nil {
 		t.Fatalf("not JSON: %v\n%s", err, out)
 	}
-	if got.MinReplicas["skywalker"] < 1 || got.MinReplicas["local"] < 1 || len(got.SLO) != 2 {
-		t.Errorf("verification %+v", got)
+	v := got.Verification
+	if v.Role != "evaluation" || len(v.Variants) != 3 {
+		t.Fatalf("verification %+v, want three variants of an evaluation scenario", v)
+	}
+	for i, want := range []string{"skywalker", "local", "cache-aware@east"} {
+		vr := v.Variants[i]
+		if vr.Variant != want || vr.MinReplicas.Seeds != 2 || vr.MinReplicas.Mean < 2 || len(vr.Load) != 1 || vr.Load[0].Replicas != got.Planned {
+			t.Errorf("variant %d: %+v, want %s searched on 2 seeds and measured at the planned %d replicas", i, vr, want, got.Planned)
+		}
 	}
 	for _, f := range []string{"plan.json", "plan.svg"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
@@ -74,6 +82,9 @@ func TestPlanRejectsBadFlags(t *testing.T) {
 		{"plan", "--scenario", "quickstart", "--demand", "x.csv"},
 		{"plan", "--demand", "/nonexistent.csv", "--capacity", "1"},
 		{"plan", "--scenario", "quickstart"}, // no capacity in that scenario
+		{"plan", "--scenario", "diurnal-3region", "--verify", "--policies", "nonsense"},
+		{"plan", "--scenario", "diurnal-3region", "--verify", "--policies", "cache-aware@mars"},
+		{"plan", "--scenario", "diurnal-3region", "--verify", "--seeds", "0"},
 	} {
 		if _, err := run(t, args...); err == nil {
 			t.Errorf("%v: want an error", args)

@@ -83,7 +83,7 @@ attainment, cache hit rate and cross-region traffic.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&scenario, "scenario", "quickstart", "built-in scenario name or YAML file")
-	f.StringVar(&policies, "policies", "", "comma-separated policies (default: the scenario's, else all seven)")
+	f.StringVar(&policies, "policies", "", "comma-separated policies, policy@region for one router in that region (default: the scenario's, else all)")
 	f.Uint64Var(&seed, "seed", 0, "random seed (default: the scenario's)")
 	f.StringVar(&format, "format", "table", "output: table, json or markdown")
 	f.StringVar(&out, "out", "", "directory for results.json, report.md and SVG plots")
@@ -193,7 +193,7 @@ func newProgress(w io.Writer, total int, quiet bool) *progress {
 		defer p.mu.Unlock()
 		if p.done < p.total {
 			p.bar = progressbar.NewOptions(p.total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("simulating"),
-				progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
+				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
 			_ = p.bar.Set(p.done)
 		}
 	})
@@ -206,6 +206,18 @@ func (p *progress) add() {
 	p.done++
 	if p.bar != nil {
 		_ = p.bar.Add(1)
+	}
+}
+
+// set moves the bar to done of total (the total may grow as the work
+// reveals itself).
+func (p *progress) set(done, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done, p.total = done, max(total, done)
+	if p.bar != nil {
+		p.bar.ChangeMax(p.total)
+		_ = p.bar.Set(done)
 	}
 }
 

@@ -88,6 +88,15 @@ func New(p policy.Policy, cfg Config) *Balancer {
 	return &Balancer{policy: p, cfg: cfg.withDefaults()}
 }
 
+// HeldTokens is the prompt tokens of the held requests.
+func (b *Balancer) HeldTokens() int {
+	n := 0
+	for _, h := range b.queue {
+		n += h.req.PromptTokens
+	}
+	return n
+}
+
 // Policy returns the policy the balancer routes by.
 func (b *Balancer) Policy() policy.Policy { return b.policy }
 
@@ -102,7 +111,7 @@ func (b *Balancer) Len() int { return len(b.queue) }
 func (b *Balancer) Submit(now time.Time, req *request.Request, env Env) {
 	ahead := b.position(req.Priority)
 	v := env.View(req)
-	v.Local.Queued = ahead
+	v.Local.Queued, v.Local.Held = ahead, len(b.queue)
 	d := b.policy.Route(req, v)
 	switch {
 	case d.Action == policy.Forward, d.Action == policy.Dispatch && ahead == 0:
@@ -167,7 +176,7 @@ func (b *Balancer) PumpDepth(now time.Time, env Env, depth int) int {
 	for i := 0; i < len(b.queue) && stillHeld < max(depth, 1); {
 		h := b.queue[i]
 		v := env.View(h.req)
-		v.Local.Queued = i
+		v.Local.Queued, v.Local.Held = i, len(b.queue)
 		d := b.policy.Route(h.req, v)
 		switch d.Action {
 		case policy.Hold:

@@ -122,7 +122,11 @@ func TestReroutesAHeldRequestToAPeerWhenTheLocalEstimateDegrades(t *testing.T) {
 	env.peer = &policy.PeerRegion{Name: "eu-west", Jurisdiction: "eu", Healthy: true, RTT: 72 * time.Millisecond,
 		GateOpen: true, QueueWait: 200 * time.Millisecond, Replicas: 2, Slots: 2, Outstanding: 2,
 		Prefill: policy.PrefillProfile{PerToken: 20 * time.Microsecond}}
-	b := newSkywalker()
+	// Estimates alone: both regions are equally loaded, so the congestion
+	// term would only add the same amount to both scores.
+	cfg := policy.DefaultSkywalkerConfig()
+	cfg.CongestionWeight = 0
+	b := New(policy.NewSkywalker(cfg), Config{MaxQueue: 8, MaxWait: 10 * time.Second})
 	b.Submit(t0, req("running"), env)
 	b.Submit(t0, req("held"), env)
 	if b.Len() != 1 {

@@ -287,3 +287,46 @@ func BenchmarkEngineStep(b *testing.B) {
 	}
 	b.ReportMetric(float64(e.Running()), "seqs/step")
 }
+
+// TestQueueCostsAreTheFittedOnes keeps each profile's QueuePerToken (GORGO's
+// c_queue) within 25% of what FitQueueCost measures on the model: change
+// the model, refit the constant.
+func TestQueueCostsAreTheFittedOnes(t *testing.T) {
+	for _, name := range ProfileNames() {
+		p, _ := LookupProfile(name)
+		fit, err := FitQueueCost(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := float64(p.QueuePerToken) / float64(fit); r < 0.75 || r > 1.25 {
+			t.Errorf("%s: QueuePerToken %v, the model fits %v: refit it", name, p.QueuePerToken, fit)
+		}
+	}
+}
+
+// TestDecodeIsARoofline: a decode step is memory-bound until the batch's
+// compute exceeds reading the weights and KV, then compute-bound — never
+// the sum of the two.
+func TestDecodeIsARoofline(t *testing.T) {
+	p, _ := LookupProfile("llama3-8b-a100")
+	tests := []struct {
+		name       string
+		batch, ctx int
+		want       time.Duration
+	}{
+		{"batch 1 reads the weights", 1, 0, p.StepOverhead},
+		{"batch 64 at 1k context: weights and KV", 64, 1024, p.StepOverhead + time.Duration(64*1024*p.AttendPerKVToken)},
+		{"batch 256, no context: compute", 256, 0, 256 * p.DecodePerSeq},
+	}
+	for _, tc := range tests {
+		if got := p.StepTime(0, tc.batch, tc.batch*tc.ctx, 0); got != tc.want {
+			t.Errorf("%s: step %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// Anchor: Llama-3.1-8B on one H100 reaches ~12,500 output tok/s at high
+	// concurrency (vLLM V1); 256 sequences of 1k context here.
+	h, _ := LookupProfile("llama3-8b-h100")
+	if tps := 256 / h.StepTime(0, 256, 256*1024, 0).Seconds(); tps < 10_000 || tps > 15_000 {
+		t.Errorf("H100 decode at 256 × 1k: %.0f tok/s, published ~12,500", tps)
+	}
+}

@@ -13,15 +13,23 @@ import (
 // the engine defaults that go with it. One scheduler iteration that
 // prefills P tokens, decodes D sequences, attends over K cached tokens for
 // those decodes and A (token, earlier-token) pairs inside prefill chunks
-// takes
+// takes the larger of its memory time and its compute time (a roofline:
+// the GPU streams weights and KV while its tensor cores compute):
 //
-//	StepOverhead + P·PrefillPerToken + D·DecodePerSeq + K·AttendPerKVToken + A·AttendPerPair
+//	memory  = StepOverhead + K·AttendPerKVToken
+//	compute = P·PrefillPerToken + D·DecodePerSeq + A·AttendPerPair
+//	step    = max(memory, compute)
 //
-// StepOverhead is dominated by reading the weights once per iteration
-// (decode is memory-bound); PrefillPerToken and DecodePerSeq are the matmul
-// FLOPs of one token; AttendPerKVToken is reading one token's K and V for a
-// decode; AttendPerPair is the attention FLOPs of one query token against
-// one key token during prefill (the quadratic term of long prompts).
+// StepOverhead is reading the weights once per iteration at the bandwidth
+// the engine achieves (it absorbs launch and scheduling overheads: the
+// batch-1 anchor below is measured, not datasheet); AttendPerKVToken is
+// reading one cached token's K and V for a decode. PrefillPerToken and
+// DecodePerSeq are the matmul FLOPs of one token; AttendPerPair is the
+// attention FLOPs of one query token against one key token during prefill
+// (the quadratic term of long prompts). Decode stays memory-bound up to a
+// batch of StepOverhead ÷ DecodePerSeq (~120 sequences on an A100), as
+// published vLLM decode throughput shows; summing the two terms, as this
+// model once did, made batch-128 decode 1.3–2.2× slower than vLLM's.
 type Profile struct {
 	Name             string
 	Description      string
@@ -30,6 +38,11 @@ type Profile struct {
 	DecodePerSeq     time.Duration
 	AttendPerKVToken float64 // nanoseconds
 	AttendPerPair    float64 // nanoseconds
+	// QueuePerToken is how much a new request's TTFT grows per prompt
+	// token already in flight at the replica (GORGO's c_queue), as
+	// FitQueueCost measures it on this profile; a test keeps the two
+	// within 25%.
+	QueuePerToken time.Duration
 	// Engine defaults for this hardware.
 	KVBlocks            int // paged KV-cache blocks
 	BlockSize           int // tokens per KV block (vLLM's default 16)
@@ -49,10 +62,14 @@ type Profile struct {
 //   - Prefill per token is 2 × parameters FLOPs at 60% (L4, A100) or 50%
 //     (H100) of datasheet dense BF16 (121, 312, 989 TFLOPS); attention pairs
 //     cost 4 × layers × hidden FLOPs at the same rate.
+//   - The same A100-40GB sweep: concurrency 8 gives 6.6× the batch-1
+//     throughput (~495 tok/s, 16.2 ms a step at ~1.1k context). The
+//     roofline gives 14.3 ms on that GPU; the decode step is memory-bound
+//     there, as it is up to ~120 sequences on an A100-80GB.
 //   - Llama-3.1-8B on one H100 reaches ~12,500 output tok/s at high
 //     concurrency (vLLM V1, FlashInfer; morphllm.com vLLM benchmarks, 2026);
-//     the H100 profile gives ~9,500 tok/s at 256 sequences of 1k context,
-//     the same order.
+//     the roofline H100 profile gives ~13,300 tok/s at 256 sequences of 1k
+//     context (the summed model gave ~9,500).
 //   - KV blocks: (GPU memory × 0.9 − weights − ~1.5-8 GB activations) ÷ KV
 //     bytes per token (8B: 128 KiB; 70B: 320 KiB) ÷ 16 tokens per block.
 //   - The SkyWalker paper (EuroSys'26) ran Llama-3.1-8B on one L4 per
@@ -61,25 +78,25 @@ var profiles = map[string]Profile{
 	"llama3-8b-l4": {
 		Name: "llama3-8b-l4", Description: "Llama-3.1-8B BF16 on one NVIDIA L4 24GB (the SkyWalker paper's testbed)",
 		StepOverhead: 69 * time.Millisecond, PrefillPerToken: 220 * time.Microsecond, DecodePerSeq: 220 * time.Microsecond,
-		AttendPerKVToken: 550, AttendPerPair: 8.7,
+		AttendPerKVToken: 550, AttendPerPair: 8.7, QueuePerToken: 523 * time.Microsecond,
 		KVBlocks: 2000, BlockSize: 16, MaxNumSeqs: 256, MaxNumBatchedTokens: 2048,
 	},
 	"llama3-8b-a100": {
 		Name: "llama3-8b-a100", Description: "Llama-3.1-8B BF16 on one NVIDIA A100 80GB SXM",
 		StepOverhead: 10400 * time.Microsecond, PrefillPerToken: 85 * time.Microsecond, DecodePerSeq: 85 * time.Microsecond,
-		AttendPerKVToken: 85, AttendPerPair: 2.8,
+		AttendPerKVToken: 85, AttendPerPair: 2.8, QueuePerToken: 3410 * time.Nanosecond,
 		KVBlocks: 25000, BlockSize: 16, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,
 	},
 	"llama3-8b-h100": {
 		Name: "llama3-8b-h100", Description: "Llama-3.1-8B BF16 on one NVIDIA H100 80GB SXM",
 		StepOverhead: 6200 * time.Microsecond, PrefillPerToken: 32 * time.Microsecond, DecodePerSeq: 32 * time.Microsecond,
-		AttendPerKVToken: 50, AttendPerPair: 1.06,
+		AttendPerKVToken: 50, AttendPerPair: 1.06, QueuePerToken: 1111 * time.Nanosecond,
 		KVBlocks: 25000, BlockSize: 16, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,
 	},
 	"llama3-70b-h100x4": {
 		Name: "llama3-70b-h100x4", Description: "Llama-3.1-70B BF16 on four NVIDIA H100 80GB SXM, tensor parallel 4",
 		StepOverhead: 16500 * time.Microsecond, PrefillPerToken: 79 * time.Microsecond, DecodePerSeq: 79 * time.Microsecond,
-		AttendPerKVToken: 31, AttendPerPair: 1.47,
+		AttendPerKVToken: 31, AttendPerPair: 1.47, QueuePerToken: 2821 * time.Nanosecond,
 		KVBlocks: 27000, BlockSize: 16, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,
 	},
 }
@@ -111,15 +128,26 @@ func ProfileNames() []string {
 
 // StepTime is the duration of one iteration with the given work.
 func (p *Profile) StepTime(prefillTokens, decodeSeqs, decodeKVTokens int, prefillPairs float64) time.Duration {
-	return p.StepOverhead +
-		time.Duration(prefillTokens)*p.PrefillPerToken +
-		time.Duration(decodeSeqs)*p.DecodePerSeq +
-		time.Duration(float64(decodeKVTokens)*p.AttendPerKVToken+prefillPairs*p.AttendPerPair)
+	memory := p.StepOverhead + time.Duration(float64(decodeKVTokens)*p.AttendPerKVToken)
+	compute := time.Duration(prefillTokens)*p.PrefillPerToken + time.Duration(decodeSeqs)*p.DecodePerSeq +
+		time.Duration(prefillPairs*p.AttendPerPair)
+	return max(memory, compute)
+}
+
+// PolicyConfig is every policy's default configuration for replicas of
+// this profile behind a WAN threshold of maxWANRTT: GORGO's per-token costs
+// are the profile's own.
+func (p *Profile) PolicyConfig(maxWANRTT time.Duration) policy.Config {
+	pc := policy.DefaultConfig()
+	pc.Skywalker.MaxWANRTT = maxWANRTT
+	pc.Gorgo = policy.GorgoConfig{PrefillPerToken: p.PrefillPerToken, QueuePerToken: p.QueuePerToken}
+	return pc
 }
 
 // Prefill returns the routing policies' estimate of this profile's prefill
-// time: one iteration's overhead, the per-token cost, and half the pair
-// cost per token² (a prompt of n tokens has about n²/2 attention pairs).
+// time: the per-token cost and half the pair cost per token² (a prompt of
+// n tokens has about n²/2 attention pairs), at least one iteration's
+// memory time.
 func (p *Profile) Prefill() policy.PrefillProfile {
 	return policy.PrefillProfile{Fixed: p.StepOverhead, PerToken: p.PrefillPerToken, PerTokenSquared: p.AttendPerPair / 2}
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"skywalker/internal/policy"
 )
 
 func TestWorkedExampleRoutesAsTheRuleSays(t *testing.T) {
@@ -26,15 +28,18 @@ func TestWorkedExampleRoutesAsTheRuleSays(t *testing.T) {
 	if r := got["skywalker"]; r.Action != "forward" || r.Region != "eu-west" || r.Estimate <= 0 {
 		t.Errorf("skywalker: %+v, want forward to eu-west with an estimate", r)
 	}
-	if r := got["local"]; r.Action != "dispatch" || r.Region != "us-east" {
-		t.Errorf("local: %+v, want dispatch in us-east", r)
+	if r := got["local"]; (r.Action != "dispatch" && r.Action != "hold") || r.Region != "us-east" {
+		t.Errorf("local (GeoDNS): %+v, want it kept in us-east", r)
+	}
+	if r := got["local-least-load"]; r.Action != "dispatch" || r.Region != "us-east" {
+		t.Errorf("local-least-load: %+v, want dispatch in us-east", r)
 	}
 	var out bytes.Buffer
 	if err := WriteTable(&out, rows); err != nil {
 		t.Fatal(err)
 	}
-	if lines := strings.Count(out.String(), "\n"); lines != 8 {
-		t.Errorf("table has %d lines, want a header and 7 policies:\n%s", lines, out.String())
+	if lines := strings.Count(out.String(), "\n"); lines != 1+len(policy.Names) {
+		t.Errorf("table has %d lines, want a header and %d policies:\n%s", lines, len(policy.Names), out.String())
 	}
 }
 

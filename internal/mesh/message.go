@@ -15,7 +15,11 @@ import (
 // decoder checks lengths against the input before using them and never
 // panics (FuzzDecode).
 const (
-	wireVersion = 1
+	// wireVersion 2 added QueuedTokens, Offloading and PrefillTokens to
+	// load summaries;
+	// version 1 messages are still read (those fields zero).
+	wireVersion    = 2
+	minWireVersion = 1
 
 	msgLoad   = 1 // a node's load summary
 	msgDigest = 2 // a node's full prefix digest
@@ -70,6 +74,9 @@ func encodeLoad(m loadMsg) []byte {
 		w.uvarint(uint64(max(v, 0)))
 	}
 	w.u64(math.Float64bits(l.Prefill.PerTokenSquared))
+	w.uvarint(uint64(max(l.QueuedTokens, 0)))
+	w.uvarint(uint64(max(l.Offloading, 0)))
+	w.uvarint(uint64(max(l.PrefillTokens, 0)))
 	return w.b
 }
 
@@ -98,9 +105,10 @@ func encodeDelta(m deltaMsg) []byte {
 }
 
 type reader struct {
-	b   []byte
-	off int
-	err error
+	b       []byte
+	off     int
+	err     error
+	version byte
 }
 
 func (r *reader) fail(format string, args ...any) {
@@ -171,10 +179,10 @@ func decodeHeader(b []byte) (byte, *reader, error) {
 	if len(b) < 4 || b[0] != 'S' || b[1] != 'W' {
 		return 0, nil, fmt.Errorf("%w: bad magic", ErrBadMessage)
 	}
-	if b[2] != wireVersion {
+	if b[2] < minWireVersion || b[2] > wireVersion {
 		return 0, nil, fmt.Errorf("%w: unsupported version %d", ErrBadMessage, b[2])
 	}
-	return b[3], &reader{b: b, off: 4}, nil
+	return b[3], &reader{b: b, off: 4, version: b[2]}, nil
 }
 
 const maxCount = 1 << 40 // bounds durations (ns, ~18 min) and counts on the wire
@@ -196,6 +204,11 @@ func decodeLoad(r *reader) (loadMsg, error) {
 		r.fail("bad prefill coefficient")
 	}
 	l.Prefill.PerTokenSquared = sq
+	if r.version >= 2 {
+		l.QueuedTokens = r.count(maxCount)
+		l.Offloading = r.count(maxCount)
+		l.PrefillTokens = r.count(maxCount)
+	}
 	if r.err == nil && r.off != len(r.b) {
 		r.fail("trailing bytes")
 	}
@@ -246,7 +259,7 @@ func encodeMeta(m Meta) []byte {
 
 func decodeMeta(b []byte) (Meta, error) {
 	r := reader{b: b}
-	if v := r.byte(); r.err == nil && v != wireVersion {
+	if v := r.byte(); r.err == nil && (v < minWireVersion || v > wireVersion) {
 		r.fail("unsupported meta version %d", v)
 	}
 	m := Meta{Region: r.str(), Jurisdiction: r.str(), APIAddr: r.str(), Version: r.str()}

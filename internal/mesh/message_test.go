@@ -11,7 +11,7 @@ import (
 
 func TestMessagesRoundTrip(t *testing.T) {
 	l := loadMsg{Node: "us-east-1", Seq: 42, Load: region.Load{QueueWait: 750 * time.Millisecond, Queued: 30, Replicas: 4, Slots: 32,
-		Outstanding: 62, Prefill: policy.PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 20 * time.Microsecond, PerTokenSquared: 0.5}}}
+		Outstanding: 62, QueuedTokens: 81_000, Offloading: 3, PrefillTokens: 4096, Prefill: policy.PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 20 * time.Microsecond, PerTokenSquared: 0.5}}}
 	typ, r, err := decodeHeader(encodeLoad(l))
 	if err != nil || typ != msgLoad {
 		t.Fatal(typ, err)
@@ -86,4 +86,20 @@ func FuzzDecode(f *testing.F) {
 		m.table.Join("n", Meta{Region: "r"})
 		m.handle(b)
 	})
+}
+
+// TestVersionOneLoadIsStillRead: a node of the previous release sends load
+// summaries without the token and offloading fields; they read as zero.
+func TestVersionOneLoadIsStillRead(t *testing.T) {
+	v2 := encodeLoad(loadMsg{Node: "old", Seq: 3, Load: region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1}})
+	v1 := append([]byte(nil), v2[:len(v2)-3]...) // drop the three version-2 fields (one byte each here)
+	v1[2] = 1
+	_, r, err := decodeHeader(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := decodeLoad(r)
+	if err != nil || m.Load.Queued != 2 || m.Load.Outstanding != 9 || m.Load.QueuedTokens != 0 || m.Load.Offloading != 0 {
+		t.Errorf("version 1 load: %+v, %v", m, err)
+	}
 }

@@ -34,6 +34,26 @@ type Table struct {
 	links      map[string]*Gate // by peer region
 	unions     map[string]*unionCache
 	probeAt    map[string]int // round-robin cursor per peer region
+	// version counts changes to what Peers reads; peers caches its answer.
+	version uint64
+	peers   peersCache
+	// groups are the peer nodes by region, sorted (byRegion), until the
+	// membership changes (groups == nil).
+	groups []regionNodes
+}
+
+type regionNodes struct {
+	region string
+	nodes  []*nodeState
+}
+
+// peersCache is Peers' last answer. It stays right, but for each peer's
+// DataAge, until the table changes or a fresh node turns stale.
+type peersCache struct {
+	version   uint64
+	at, until time.Time // valid for at <= now < until
+	peers     []region.Peer
+	newest    []time.Time // per peer: its newest load summary's arrival (zero: none)
 }
 
 type nodeState struct {
@@ -60,6 +80,8 @@ func NewTable(self string, cp region.ControlPlane) *Table {
 // Join records a live node (or new metadata for one) and reports whether
 // it was new.
 func (t *Table) Join(name string, m Meta) bool {
+	t.version++
+	t.groups = nil
 	n := t.nodes[name]
 	if n == nil {
 		t.nodes[name] = &nodeState{name: name, meta: m}
@@ -70,7 +92,11 @@ func (t *Table) Join(name string, m Meta) bool {
 }
 
 // Leave forgets a node that left or died.
-func (t *Table) Leave(name string) { delete(t.nodes, name) }
+func (t *Table) Leave(name string) {
+	t.version++
+	t.groups = nil
+	delete(t.nodes, name)
+}
 
 // NodeRegion is the region of a known node, or "".
 func (t *Table) NodeRegion(name string) string {
@@ -89,6 +115,7 @@ func (t *Table) ObserveLoad(node string, seq uint64, l region.Load, now time.Tim
 		return false
 	}
 	n.load, n.loadSeq, n.loadAt = l, seq, now
+	t.version++
 	return true
 }
 
@@ -100,6 +127,7 @@ func (t *Table) ObserveDigest(node string, d *digest.Digest, now time.Time) bool
 		return false
 	}
 	n.digest, n.digestAt = d, now
+	t.version++
 	return true
 }
 
@@ -121,62 +149,98 @@ func (t *Table) ObserveProbe(peerRegion string, rtt time.Duration, ok bool, now 
 	}
 	was := g.Open()
 	g.Observe(rtt, ok, now, t.params)
+	t.version++
 	return g, g.Open() != was
 }
 
 // ProbeTargets returns one node of every peer region to probe, taking the
 // region's nodes in turn, sorted by name.
 func (t *Table) ProbeTargets() []string {
-	byRegion := t.byRegion()
 	var targets []string
-	for reg, nodes := range byRegion {
-		i := t.probeAt[reg] % len(nodes)
-		t.probeAt[reg] = i + 1
-		targets = append(targets, nodes[i].name)
+	for _, g := range t.byRegion() {
+		i := t.probeAt[g.region] % len(g.nodes)
+		t.probeAt[g.region] = i + 1
+		targets = append(targets, g.nodes[i].name)
 	}
 	sort.Strings(targets)
 	return targets
 }
 
-// byRegion groups peer nodes by region, each group sorted by name.
-func (t *Table) byRegion() map[string][]*nodeState {
-	out := map[string][]*nodeState{}
+// byRegion groups peer nodes by region, regions and each group's nodes
+// sorted by name; the grouping is kept until the membership changes.
+func (t *Table) byRegion() []regionNodes {
+	if t.groups != nil {
+		return t.groups
+	}
+	index := map[string]int{}
+	groups := []regionNodes{}
 	for _, n := range t.nodes {
-		if n.meta.Region != t.self {
-			out[n.meta.Region] = append(out[n.meta.Region], n)
+		if n.meta.Region == t.self {
+			continue
 		}
+		i, ok := index[n.meta.Region]
+		if !ok {
+			i = len(groups)
+			index[n.meta.Region] = i
+			groups = append(groups, regionNodes{region: n.meta.Region})
+		}
+		groups[i].nodes = append(groups[i].nodes, n)
 	}
-	for _, nodes := range out {
-		sort.Slice(nodes, func(i, j int) bool { return nodes[i].name < nodes[j].name })
+	sort.Slice(groups, func(i, j int) bool { return groups[i].region < groups[j].region })
+	for _, g := range groups {
+		sort.Slice(g.nodes, func(i, j int) bool { return g.nodes[i].name < g.nodes[j].name })
 	}
-	return out
+	t.groups = groups
+	return groups
 }
 
 // Peers returns every peer region known, sorted by name, as of now. A node
 // whose newest load summary arrived more than MaxDataAge ago counts as
-// unavailable, not idle; a region with no fresh node is unhealthy.
+// unavailable, not idle; a region with no fresh node is unhealthy. The
+// answer's APIAddrs and Digest are shared with the table: read-only.
 func (t *Table) Peers(now time.Time) []region.Peer {
-	byRegion := t.byRegion()
-	names := make([]string, 0, len(byRegion))
-	for r := range byRegion {
-		names = append(names, r)
+	return t.AppendPeers(nil, now)
+}
+
+// AppendPeers is Peers appending to dst[:0], so that a caller that owns
+// dst (the simulator, once per pump) reuses it instead of allocating.
+func (t *Table) AppendPeers(dst []region.Peer, now time.Time) []region.Peer {
+	c := &t.peers
+	if c.version != t.version || now.Before(c.at) || !now.Before(c.until) {
+		t.refreshPeers(now)
 	}
-	sort.Strings(names)
-	peers := make([]region.Peer, 0, len(names))
-	for _, name := range names {
-		nodes := byRegion[name]
-		p := region.Peer{Region: name, Jurisdiction: nodes[0].meta.Jurisdiction, DataAge: -1}
+	out := append(dst[:0], c.peers...)
+	for i := range out {
+		if !c.newest[i].IsZero() {
+			out[i].DataAge = max(now.Sub(c.newest[i]), 0)
+		}
+	}
+	return out
+}
+
+// refreshPeers recomputes the cached answer of Peers as of now.
+func (t *Table) refreshPeers(now time.Time) {
+	groups := t.byRegion()
+	// Reuse the cache's slices: Peers hands out copies.
+	c := peersCache{version: t.version, at: now, until: now.Add(t.maxDataAge + 1),
+		peers: t.peers.peers[:0], newest: t.peers.newest[:0]}
+	for _, g := range groups {
+		name, nodes := g.region, g.nodes
+		p := region.Peer{Region: name, Jurisdiction: nodes[0].meta.Jurisdiction}
 		var fresh []*nodeState
+		var newest time.Time
 		for _, n := range nodes {
 			if n.loadAt.IsZero() {
 				continue
 			}
-			age := now.Sub(n.loadAt)
-			if p.DataAge < 0 || age < p.DataAge {
-				p.DataAge = age
+			if n.loadAt.After(newest) {
+				newest = n.loadAt
 			}
-			if age > t.maxDataAge {
+			if now.Sub(n.loadAt) > t.maxDataAge {
 				continue
+			}
+			if stale := n.loadAt.Add(t.maxDataAge + 1); stale.Before(c.until) {
+				c.until = stale
 			}
 			fresh = append(fresh, n)
 			p.APIAddrs = append(p.APIAddrs, n.meta.APIAddr)
@@ -186,9 +250,13 @@ func (t *Table) Peers(now time.Time) []region.Peer {
 			p.Load.Replicas = max(p.Load.Replicas, l.Replicas)
 			p.Load.Slots = max(p.Load.Slots, l.Slots)
 			p.Load.QueueWait = max(p.Load.QueueWait, l.QueueWait)
+			p.Load.QueuedTokens += l.QueuedTokens
+			p.Load.Offloading += l.Offloading
+			if len(fresh) == 1 || l.PrefillTokens < p.Load.PrefillTokens {
+				p.Load.PrefillTokens = l.PrefillTokens
+			}
 			p.Load.Prefill = l.Prefill
 		}
-		p.DataAge = max(p.DataAge, 0)
 		p.Nodes = len(fresh)
 		p.Healthy = len(fresh) > 0
 		if g := t.links[name]; g != nil {
@@ -197,9 +265,10 @@ func (t *Table) Peers(now time.Time) []region.Peer {
 			p.Gate = "no RTT samples yet"
 		}
 		p.Digest = t.union(name, fresh)
-		peers = append(peers, p)
+		c.peers = append(c.peers, p)
+		c.newest = append(c.newest, newest)
 	}
-	return peers
+	t.peers = c
 }
 
 // union returns the merged digest of nodes, cached until one changes.

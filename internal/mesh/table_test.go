@@ -1,6 +1,8 @@
 package mesh
 
 import (
+	"math/rand/v2"
+	"reflect"
 	"testing"
 	"time"
 
@@ -105,4 +107,35 @@ func withGeneration(d *digest.Digest, gen uint64) *digest.Digest {
 	c := d.Clone()
 	c.Generation = gen
 	return c
+}
+
+// TestTablePeersCacheAgreesWithARecomputation: Peers caches its answer
+// between changes; through random summaries, probes and the passing of
+// time the cached answer equals one recomputed from scratch.
+func TestTablePeersCacheAgreesWithARecomputation(t *testing.T) {
+	tb := NewTable("us-east", region.DefaultControlPlane())
+	nodes := []string{"eu-1", "eu-2", "ap-1"}
+	for _, n := range nodes {
+		tb.Join(n, Meta{Region: map[byte]string{'e': "eu-west", 'a': "ap-east"}[n[0]], APIAddr: "http://" + n})
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	now := t0
+	seq := uint64(0)
+	for step := range 2000 {
+		switch rng.IntN(4) {
+		case 0:
+			seq++
+			tb.ObserveLoad(nodes[rng.IntN(len(nodes))], seq, region.Load{Queued: rng.IntN(9), Outstanding: rng.IntN(99), Replicas: 2, Slots: 64}, now)
+		case 1:
+			tb.ObserveProbe([]string{"eu-west", "ap-east"}[rng.IntN(2)], time.Duration(50+rng.IntN(300))*time.Millisecond, rng.IntN(10) > 0, now)
+		default:
+			now = now.Add(time.Duration(rng.IntN(1500)) * time.Millisecond)
+		}
+		cached := tb.Peers(now)
+		tb.version++ // force a recomputation
+		fresh := tb.Peers(now)
+		if !reflect.DeepEqual(cached, fresh) {
+			t.Fatalf("step %d at %v: cached %+v, recomputed %+v", step, now.Sub(t0), cached, fresh)
+		}
+	}
 }

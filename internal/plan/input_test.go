@@ -29,9 +29,14 @@ func TestFromScenarioReproducesTheCurve(t *testing.T) {
 	if len(in.Regions) != 3 || in.MaxWANRTT != 200*time.Millisecond || in.RTT[[2]string{"us-east", "eu-west"}] != 72*time.Millisecond {
 		t.Fatalf("input %+v", in)
 	}
-	// us-east (UTC-5) peaks at 19:00 UTC with the scenario's 25 requests/s.
-	if d := in.Regions[0].Demand[19]; d < 24.99 || d > 25.01 {
-		t.Errorf("us-east at 19:00 UTC: %v requests/s, want the 25 peak", d)
+	// us-east (UTC-5) peaks at 19:00 UTC (14:00 local) with the scenario's
+	// peak rate.
+	peak := s.Workload.PeakRPS
+	if d := in.Regions[0].Demand[19]; math.Abs(d-peak) > 0.01*peak {
+		t.Errorf("us-east at 19:00 UTC: %v requests/s, want the %v peak", d, peak)
+	}
+	if d := in.Regions[0].Demand[7]; d > 0.31*peak {
+		t.Errorf("us-east at 07:00 UTC (02:00 local): %v requests/s, want the night valley (30%% of %v)", d, peak)
 	}
 }
 

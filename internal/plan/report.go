@@ -10,48 +10,8 @@ import (
 	"skywalker/internal/workload"
 )
 
-// Report is a plan with its verification, as `skywalker plan` prints it.
-type Report struct {
-	*Result
-	Target       float64        `json:"slo_target,omitempty"`
-	Verification []Verification `json:"verification,omitempty"`
-	// SLOAttainment at the planned placement, per policy (with --verify).
-	SLOAttainment map[string]float64 `json:"slo_attainment,omitempty"`
-	// MinReplicas per policy, and how much of the ideal savings
-	// (isolated − aggregated) skywalker realizes against local.
-	MinReplicas       map[string]int `json:"min_replicas,omitempty"`
-	RealizedSavings   float64        `json:"realized_savings,omitempty"`
-	ShareOfIdealSaved float64        `json:"share_of_ideal_realized,omitempty"`
-}
-
-// NewReport combines a plan with its verification against target.
-func NewReport(res *Result, verification []Verification, target float64) Report {
-	r := Report{Result: res, Verification: verification, Target: target}
-	r.summarize()
-	return r
-}
-
-func (r *Report) summarize() {
-	if len(r.Verification) == 0 {
-		return
-	}
-	r.SLOAttainment, r.MinReplicas = map[string]float64{}, map[string]int{}
-	for _, v := range r.Verification {
-		r.SLOAttainment[v.Policy] = v.SLOAttainment
-		r.MinReplicas[v.Policy] = v.MinReplicas
-	}
-	sw, okS := r.MinReplicas["skywalker"]
-	local, okL := r.MinReplicas["local"]
-	if okS && okL && local > 0 {
-		r.RealizedSavings = 1 - float64(sw)/float64(local)
-		if ideal := r.IsolatedReplicas - r.AggregatedReplicas; ideal > 0 {
-			r.ShareOfIdealSaved = float64(local-sw) / float64(ideal)
-		}
-	}
-}
-
-// WriteTable prints the report as aligned text.
-func (r Report) WriteTable(w io.Writer) error {
+// WriteTable prints the plan as aligned text.
+func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "capacity per replica\t%.2f requests/s\n", r.Capacity)
 	fmt.Fprintf(tw, "region-isolated (sum of regional peaks)\t%d replicas\t%v\n", r.IsolatedReplicas, r.IsolatedByRegion)
@@ -70,15 +30,6 @@ func (r Report) WriteTable(w io.Writer) error {
 		for _, o := range r.Offloads {
 			fmt.Fprintf(w, "  %02d:00  %s -> %s  %.2f\n", o.Hour, o.From, o.To, o.Demand)
 		}
-	}
-	if len(r.Verification) > 0 {
-		fmt.Fprintf(w, "\nverification (one simulated day, target %.0f%% of requests within the TTFT SLO):\n", 100*r.Target)
-		for _, v := range r.Verification {
-			fmt.Fprintf(w, "  %-10s at the plan: %.2f%%   smallest reservation meeting the target: %d replicas %v\n",
-				v.Policy, 100*v.SLOAttainment, v.MinReplicas, v.MinPlacement)
-		}
-		fmt.Fprintf(w, "  skywalker needs %.1f%% fewer replicas than local; it realizes %.0f%% of the ideal savings\n",
-			100*r.RealizedSavings, 100*r.ShareOfIdealSaved)
 	}
 	return nil
 }

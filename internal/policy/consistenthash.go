@@ -82,12 +82,11 @@ func (c *ConsistentHash) Route(req *request.Request, v *View) Decision {
 			target = append(target, idx)
 		}
 	}
-	localOK := req.AllowedIn(v.Local.Jurisdiction)
 	usable := func(p ringPoint) (load float64, ok bool) {
 		switch t := target[p.region]; {
 		case t == -1:
 			r := &v.Local.Replicas[p.slot]
-			return float64(r.Load()), localOK && r.Healthy
+			return float64(r.Load()), v.Local.Serves(req, int(p.slot))
 		case t >= 0:
 			peer := &v.Peers[t]
 			return peer.PerReplicaLoad(), int(p.slot) < peer.Replicas && c.filter.eligible(req, peer)
@@ -97,7 +96,7 @@ func (c *ConsistentHash) Route(req *request.Request, v *View) Decision {
 	// The bound of bounded loads, over the members usable now.
 	total, count := 0.0, 0
 	for i := range v.Local.Replicas {
-		if localOK && v.Local.Replicas[i].Healthy {
+		if v.Local.Serves(req, i) {
 			total += float64(v.Local.Replicas[i].Load())
 			count++
 		}

@@ -3,9 +3,10 @@ package policy
 import "time"
 
 // PrefillProfile estimates how long a region's replica takes to prefill n
-// uncached prompt tokens: Fixed + n·PerToken + n²·PerTokenSquared. The
-// quadratic term is attention over the prompt itself, which dominates only
-// for very long prompts. Profiles come from the engine model's hardware
+// uncached prompt tokens: max(Fixed, n·PerToken + n²·PerTokenSquared), a
+// roofline — at least one step's memory time (reading the weights), else
+// the prefill's compute. The quadratic term is attention over the prompt
+// itself, which dominates only for very long prompts. Profiles come from the engine model's hardware
 // profiles (internal/engine) or from configuration.
 type PrefillProfile struct {
 	Fixed    time.Duration
@@ -20,7 +21,7 @@ func (p PrefillProfile) Time(n int) time.Duration {
 	if n <= 0 {
 		return 0
 	}
-	return p.Fixed + time.Duration(n)*p.PerToken + time.Duration(float64(n)*float64(n)*p.PerTokenSquared)
+	return max(p.Fixed, time.Duration(n)*p.PerToken+time.Duration(float64(n)*float64(n)*p.PerTokenSquared))
 }
 
 // EWMA is an exponentially weighted moving average of durations, the

@@ -24,17 +24,15 @@ func globalFilter(cfg SkywalkerConfig) peerFilter {
 	return peerFilter{maxDataAge: cfg.MaxDataAge}
 }
 
-// members lists the pool for req: local replicas that are healthy (if the
-// request may be served here) and eligible peers' replica slots. Each peer
+// members lists the pool for req: local replicas that may serve it
+// (healthy, in a jurisdiction it allows) and eligible peers' replica slots. Each peer
 // appears once with a weight of its replica count.
 func members(req *request.Request, v *View, f peerFilter, dst []member) ([]member, int) {
 	total := 0
-	if req.AllowedIn(v.Local.Jurisdiction) {
-		for i := range v.Local.Replicas {
-			if v.Local.Replicas[i].Healthy {
-				dst = append(dst, member{replica: i, peer: -1})
-				total++
-			}
+	for i := range v.Local.Replicas {
+		if v.Local.Serves(req, i) {
+			dst = append(dst, member{replica: i, peer: -1})
+			total++
 		}
 	}
 	for i := range v.Peers {
@@ -56,7 +54,7 @@ func (m member) decide(v *View, reason Reason) Decision {
 
 // noMember is the decision when the pool is empty.
 func noMember(req *request.Request, v *View) Decision {
-	if !req.AllowedIn(v.Local.Jurisdiction) && !anyPeerMayServe(req, v) {
+	if !anyReplicaMayServe(req, v) && !anyPeerMayServe(req, v) {
 		return reject(v)
 	}
 	return Decision{Action: Hold, Region: v.Local.Name, Reason: ReasonNoReplica}
@@ -76,4 +74,19 @@ func (m member) prefixBlocks(v *View) int {
 		return v.Peers[m.peer].PrefixBlocks
 	}
 	return v.Local.Replicas[m.replica].PrefixBlocks
+}
+
+// anyReplicaMayServe reports whether some local replica, healthy or not,
+// is in a jurisdiction req allows: only then is holding worthwhile.
+func anyReplicaMayServe(req *request.Request, v *View) bool {
+	for i := range v.Local.Replicas {
+		j := v.Local.Replicas[i].Jurisdiction
+		if j == "" {
+			j = v.Local.Jurisdiction
+		}
+		if req.AllowedIn(j) {
+			return true
+		}
+	}
+	return len(v.Local.Replicas) == 0 && req.AllowedIn(v.Local.Jurisdiction)
 }

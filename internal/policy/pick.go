@@ -68,16 +68,18 @@ func leastLoaded(rs []Replica, onlyRoom bool) int {
 }
 
 // pickByPrefix is the in-region choice: among healthy replicas (with room,
-// if onlyRoom) whose load is within margin requests of the least loaded,
-// the one holding the longest prefix of the request; ties go to the lesser
-// load, then the lower index. Bounding the margin keeps a popular prefix
-// from piling every request onto one replica. Returns -1 if none qualifies.
+// if onlyRoom) whose load is within max(margin, a quarter of the least
+// load) requests of the least loaded, the one holding the longest prefix of
+// the request; ties go to the lesser load, then the lower index. Bounding
+// the margin keeps a popular prefix from piling every request onto one
+// replica; scaling it with load keeps affinity when every replica is busy.
+// Returns -1 if none qualifies.
 func pickByPrefix(rs []Replica, margin int, onlyRoom bool) (int, Reason) {
 	least := leastLoaded(rs, onlyRoom)
 	if least < 0 {
 		return -1, ReasonBusy
 	}
-	limit := rs[least].Load() + margin
+	limit := rs[least].Load() + loadMargin(margin, rs[least].Load())
 	best := least
 	for i := range rs {
 		r := &rs[i]
@@ -94,6 +96,10 @@ func pickByPrefix(rs []Replica, margin int, onlyRoom bool) (int, Reason) {
 	}
 	return best, ReasonLeastLoad
 }
+
+// loadMargin is how many requests more than the least-loaded replica a
+// replica may carry and still win on its cached prefix.
+func loadMargin(margin, least int) int { return max(margin, least/4) }
 
 // serveLocally is the decision for a request that must stay in the region
 // (forwarded in, or a policy that never forwards): the pick of pickByPrefix

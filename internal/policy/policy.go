@@ -87,8 +87,9 @@ type LocalRegion struct {
 	Jurisdiction string
 	Replicas     []Replica
 	// Queued is the number of requests ahead of this one in the balancer
-	// queue (the balancer fills it in).
-	Queued int
+	// queue, and Held the number held in all, this one included if it is
+	// (the balancer fills both in).
+	Queued, Held int
 	// PerRequestWait is how much longer the wait gets per request ahead in
 	// the queue: by Little's law, the smoothed service time divided by the
 	// requests the region serves at once (see PerRequestWait).
@@ -107,16 +108,55 @@ type Replica struct {
 	InFlight int
 	// MaxInFlight caps InFlight for dispatch; 0 means no cap.
 	MaxInFlight int
-	KVUsage     float64 // 0..1
+	// Capacity is how many requests the replica runs at once before its
+	// KV cache is full (learned from its metrics; MaxInFlight when
+	// unknown): the denominator of its load.
+	Capacity int
+	KVUsage  float64 // 0..1
 	// PrefixBlocks is how many leading blocks of the request this replica
 	// is believed to hold (from the prefix index).
 	PrefixBlocks int
+	// QueuedTokens is the prompt tokens of the requests this balancer has
+	// in flight at the replica.
+	QueuedTokens int
+	// PrefillTokens is the uncached prompt tokens of those that have not
+	// produced their first token yet: the prefill a new request waits
+	// behind (engines prefill in arrival order).
+	PrefillTokens int
+	// Jurisdiction and RTT describe a replica outside the balancer's own
+	// region: a single global router sees every region's replicas as its
+	// own. Empty and zero for the region's own replicas (the regional
+	// policies assume all their replicas are).
+	Jurisdiction string
+	RTT          time.Duration
+}
+
+// Serves reports whether replica i may serve req now: healthy, and in a
+// jurisdiction the request allows.
+func (l *LocalRegion) Serves(req *request.Request, i int) bool {
+	r := &l.Replicas[i]
+	j := r.Jurisdiction
+	if j == "" {
+		j = l.Jurisdiction
+	}
+	return r.Healthy && req.AllowedIn(j)
 }
 
 // Load is the replica's outstanding work in requests: the larger of what
 // this balancer sent (exact, fresh) and what the engine reports (which
 // includes other balancers' traffic, but is as old as the last scrape).
 func (r *Replica) Load() int { return max(r.InFlight, r.Waiting+r.Running) }
+
+// capacity is Capacity, or MaxInFlight when unknown.
+func (r *Replica) capacity() int {
+	if r.Capacity > 0 {
+		return r.Capacity
+	}
+	return r.MaxInFlight
+}
+
+// Utilization is the replica's load over its capacity.
+func (r *Replica) Utilization() float64 { return float64(r.Load()) / float64(max(r.capacity(), 1)) }
 
 // MaxDispatchKVUsage is the KV-cache usage above which a replica is
 // treated as full: a new prompt would wait in the engine for blocks.
@@ -160,7 +200,7 @@ func (l *LocalRegion) Load() float64 {
 		if !r.Healthy {
 			continue
 		}
-		slots += max(r.MaxInFlight, 1)
+		slots += max(r.capacity(), 1)
 		outstanding += r.Load()
 	}
 	if slots == 0 {
@@ -185,8 +225,22 @@ type PeerRegion struct {
 	Queued     int           // requests held in the region's balancers
 	Replicas   int           // healthy replicas
 	Slots      int           // dispatch slots over those replicas
-	// Outstanding is in-flight plus queued requests in the region.
+	// Outstanding is in-flight plus queued requests in the region,
+	// including InFlightFromUs.
 	Outstanding int
+	// QueuedTokens is the prompt tokens of the region's outstanding
+	// requests, as its summary said.
+	QueuedTokens int
+	// PrefillTokens is the prefill work queued at the region's least
+	// busy replica, as its summary said.
+	PrefillTokens int
+	// InFlightFromUs is how many of this balancer's requests are in flight
+	// at the region (forwarded and not finished).
+	InFlightFromUs int
+	// Offloading is how many requests the region itself has in flight at
+	// its own peers: a region that is sending work away is not one to send
+	// work to.
+	Offloading int
 	// PrefixBlocks is how many leading blocks of the request the region's
 	// digest probably holds.
 	PrefixBlocks int

@@ -100,9 +100,9 @@ func TestWorkedExample(t *testing.T) {
 			func(v *View, _ *request.Request) { v.Peers[0].Queued = 40 }, want{Hold, "us-east", ReasonBusy}},
 		{"skylb respects the gate", NewSkyLB(DefaultSkywalkerConfig()),
 			func(v *View, _ *request.Request) { v.Peers[0].GateOpen = false }, want{Hold, "us-east", ReasonBusy}},
-		{"local pushes into a busy local engine rather than leave the region", Local{}, nil,
+		{"local-least-load pushes into a busy local engine rather than leave the region", LocalLeastLoad{}, nil,
 			want{Dispatch, "us-east", ReasonLeastLoad}},
-		{"local rejects a request it may not serve", Local{},
+		{"local-least-load rejects a request it may not serve", LocalLeastLoad{},
 			func(_ *View, r *request.Request) { r.Residency = "eu" }, want{Reject, "us-east", ReasonNoRegion}},
 	}
 	for _, tc := range tests {
@@ -151,10 +151,11 @@ func TestSkywalkerPrefersTheLongestPrefixWithinTheLoadMargin(t *testing.T) {
 }
 
 func TestSkywalkerWaitsForTheReplicaHoldingALongPrefix(t *testing.T) {
-	// a is free but cold; b is at its cap but holds all 34 blocks. A slot
-	// frees on b every 2 × 10 ms, far less than the 97 ms prefill a needs.
+	// a has a free slot but is cold; b is at its cap but holds all 34
+	// blocks. A slot frees on b every 2 × 10 ms, far less than the 97 ms
+	// prefill a needs, and the two are about as congested.
 	rs := []Replica{
-		{Name: "a", Healthy: true, InFlight: 6, MaxInFlight: 8},
+		{Name: "a", Healthy: true, InFlight: 7, MaxInFlight: 8},
 		{Name: "b", Healthy: true, InFlight: 8, MaxInFlight: 8, PrefixBlocks: 34},
 	}
 	v := &View{Local: LocalRegion{Name: "us-east", Replicas: rs, Prefill: fastPrefill, PerRequestWait: 10 * time.Millisecond}}
@@ -164,6 +165,32 @@ func TestSkywalkerWaitsForTheReplicaHoldingALongPrefix(t *testing.T) {
 	v.Local.PerRequestWait = time.Second // b frees too slowly: take a now
 	if d := NewSkywalker(DefaultSkywalkerConfig()).Route(exampleRequest(), v); d.Action != Dispatch || d.Replica != 0 {
 		t.Errorf("got %s to %d, want dispatch to a", d.Action, d.Replica)
+	}
+}
+
+func TestASaturatedRegionWaitsForTheReplicaHoldingThePrefix(t *testing.T) {
+	// The same two replicas, b freeing a slot only every 2 s: with nobody
+	// held, a's free slot is worth the cold prefill; once as many requests
+	// as replicas are held, every slot that frees is taken at once anyway,
+	// and a cache miss only costs the region prefill.
+	rs := []Replica{
+		{Name: "a", Healthy: true, InFlight: 7, MaxInFlight: 8},
+		{Name: "b", Healthy: true, InFlight: 8, MaxInFlight: 8, PrefixBlocks: 34},
+	}
+	tests := []struct {
+		held int
+		want Action
+	}{
+		{0, Dispatch},
+		{1, Dispatch}, // half saturated: b's slot wait halves to 1 s, still worse than 97 ms of prefill
+		{2, Hold},
+		{40, Hold},
+	}
+	for _, tc := range tests {
+		v := &View{Local: LocalRegion{Name: "us-east", Replicas: rs, Prefill: fastPrefill, PerRequestWait: time.Second, Held: tc.held}}
+		if d := NewSkywalker(DefaultSkywalkerConfig()).Route(exampleRequest(), v); d.Action != tc.want {
+			t.Errorf("with %d held: got %s to %d, want %s", tc.held, d.Action, d.Replica, tc.want)
+		}
 	}
 }
 
@@ -384,8 +411,11 @@ func TestEstimators(t *testing.T) {
 		t.Errorf("PerRequestWait = %v, want 25ms", got)
 	}
 	p := PrefillProfile{Fixed: time.Millisecond, PerToken: time.Microsecond, PerTokenSquared: 0.001}
-	if got := p.Time(1000); got != 2*time.Millisecond+time.Microsecond {
-		t.Errorf("Time(1000) = %v, want 1ms + 1000·1µs + 1000²·0.001ns", got)
+	if got := p.Time(1000); got != time.Millisecond+time.Microsecond {
+		t.Errorf("Time(1000) = %v, want max(1ms, 1000·1µs + 1000²·0.001ns)", got)
+	}
+	if got := p.Time(100); got != time.Millisecond {
+		t.Errorf("Time(100) = %v, want the 1ms floor of one step", got)
 	}
 	if p.Time(0) != 0 {
 		t.Error("no uncached tokens, no prefill")

@@ -6,14 +6,16 @@ import (
 )
 
 // Names lists every policy in report order: ours first, then the paper
-// prototype, then the baselines.
-var Names = []string{"skywalker", "skylb", "local", "round-robin", "least-load", "consistent-hash", "cache-aware"}
+// prototype and GORGO, then the baselines (local is the fair GeoDNS:
+// SkyWalker's regional balancer without forwarding).
+var Names = []string{"skywalker", "skylb", "gorgo", "local", "local-least-load", "round-robin", "least-load", "consistent-hash", "cache-aware"}
 
 // Config carries every policy's parameters.
 type Config struct {
 	Skywalker      SkywalkerConfig
 	ConsistentHash ConsistentHashConfig
 	CacheAware     CacheAwareConfig
+	Gorgo          GorgoConfig
 }
 
 // DefaultConfig returns every policy's documented defaults.
@@ -22,6 +24,7 @@ func DefaultConfig() Config {
 		Skywalker:      DefaultSkywalkerConfig(),
 		ConsistentHash: DefaultConsistentHashConfig(),
 		CacheAware:     DefaultCacheAwareConfig(),
+		Gorgo:          DefaultGorgoConfig(),
 	}
 }
 
@@ -32,8 +35,12 @@ func New(name string, cfg Config) (Policy, error) {
 		return NewSkywalker(cfg.Skywalker), nil
 	case "skylb":
 		return NewSkyLB(cfg.Skywalker), nil
+	case "gorgo":
+		return NewGorgo(cfg.Gorgo, cfg.Skywalker), nil
 	case "local":
-		return Local{}, nil
+		return NewGeoDNS(cfg.Skywalker), nil
+	case "local-least-load":
+		return LocalLeastLoad{}, nil
 	case "round-robin":
 		return NewRoundRobin(cfg.Skywalker), nil
 	case "least-load":

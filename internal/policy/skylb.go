@@ -2,18 +2,27 @@ package policy
 
 import "skywalker/internal/request"
 
-// SkyLB is the SkyLB paper prototype's rule, kept as a baseline: serve
-// locally whenever a local replica is free; only when none is, forward to
-// the eligible peer with the shortest queue, if that queue is shorter than
-// the local one; otherwise hold. One hop at most, and no cache state is
-// exchanged between regions: a peer's cached prefixes play no part.
+// SkyLB is the SkyLB paper prototype's rule, kept as a baseline:
+//
+//   - inside the region, a request goes to a replica only when that
+//     replica's engine waiting queue is empty (as last polled; the proxy
+//     scrapes every 100 ms) and it is under its in-flight cap, preferring
+//     the one holding the longest prefix of the request among those within
+//     the load margin (max(LoadMargin, a quarter of the least load), as
+//     SkyWalker's);
+//   - only when no local replica is free, it forwards to the eligible peer
+//     with the shortest queue — the peer's held requests plus the ones this
+//     balancer has in flight there — if that is shorter than the local
+//     queue; otherwise the request waits in the balancer;
+//   - one hop at most, and no cache state crosses regions: a peer's cached
+//     prefixes play no part.
 type SkyLB struct {
 	loadMargin int
 	filter     peerFilter
 }
 
-// NewSkyLB returns the policy. It shares SkyWalker's in-region replica
-// choice (loadMargin), WAN threshold and data-age bound.
+// NewSkyLB returns the policy. It shares SkyWalker's load margin, WAN
+// threshold and data-age bound.
 func NewSkyLB(cfg SkywalkerConfig) *SkyLB {
 	return &SkyLB{loadMargin: cfg.LoadMargin, filter: peerFilter{maxDataAge: cfg.MaxDataAge, respectGate: true, maxRTT: cfg.MaxWANRTT}}
 }
@@ -38,15 +47,16 @@ func (s *SkyLB) Route(req *request.Request, v *View) Decision {
 			localQueue += r.Waiting
 		}
 	}
-	best := -1
+	best, bestQueue := -1, 0
 	filter := s.filter.forRequest(req, v)
 	for i := range v.Peers {
 		p := &v.Peers[i]
-		if !filter.eligible(req, p) || (allowed && p.Queued >= localQueue) {
+		queue := p.Queued + p.InFlightFromUs
+		if !filter.eligible(req, p) || (allowed && queue >= localQueue) {
 			continue
 		}
-		if best < 0 || p.Queued < v.Peers[best].Queued || (p.Queued == v.Peers[best].Queued && p.RTT < v.Peers[best].RTT) {
-			best = i
+		if best < 0 || queue < bestQueue || (queue == bestQueue && p.RTT < v.Peers[best].RTT) {
+			best, bestQueue = i, queue
 		}
 	}
 	switch {

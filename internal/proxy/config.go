@@ -96,11 +96,10 @@ func (c *Config) ControlPlane() region.ControlPlane {
 }
 
 // PolicyConfig is every policy's configuration with this proxy's WAN
-// threshold.
+// threshold and its replicas' engine profile.
 func (c *Config) PolicyConfig() policy.Config {
-	pc := policy.DefaultConfig()
-	pc.Skywalker.MaxWANRTT = c.MaxWANRTT
-	return pc
+	prof, _ := engine.LookupProfile(c.Profile)
+	return prof.PolicyConfig(c.MaxWANRTT)
 }
 
 const maxConfigBytes = 1 << 20

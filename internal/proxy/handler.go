@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"skywalker/internal/apierr"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
 
@@ -88,7 +89,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request.Requ
 // rejected before any byte (relayError counted it), or the client left.
 func (s *Server) account(x *exchange) {
 	if x.target.replica != nil || x.target.Peer != nil {
-		x.endAttempt(Released) // the response never reached its body
+		x.endAttempt(region.Released) // the response never reached its body
 	}
 	if !x.firstByte.IsZero() {
 		s.metrics.ttft.Observe(x.firstByte.Sub(x.req.Arrival).Seconds())

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"skywalker/internal/apierr"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
 
@@ -100,15 +101,21 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 		}
 		resp, err := x.send(out, o)
 		if err == nil && resp.StatusCode < 500 {
-			x.watch(resp)
-			return resp, nil
+			// Nothing reaches the client before the upstream's first body
+			// byte: until then a failure is retried elsewhere.
+			if err = awaitFirstByte(resp); err == nil {
+				x.watch(resp)
+				return resp, nil
+			}
+			resp.Body.Close()
+			resp = nil
 		}
 		if resp != nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
 			err = errors.New("upstream answered " + resp.Status)
 		}
-		x.endAttempt(ReplicaFailed)
+		x.endAttempt(region.ReplicaFailed)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
@@ -169,6 +176,44 @@ func (x *exchange) send(out *http.Request, o routed) (*http.Response, error) {
 	return resp, nil
 }
 
+// awaitFirstByte reads until the response's first body byte (or its clean
+// end) and puts what it read back in front of the body. An engine that
+// fails during prefill has then streamed nothing the client saw, and the
+// request can go elsewhere; vLLM, like most engines, sends its response
+// headers at once but its first chunk only with the first token.
+func awaitFirstByte(resp *http.Response) error {
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		if n > 0 || err == io.EOF {
+			resp.Body = &prefixedBody{head: buf[:n], ReadCloser: resp.Body, eof: err == io.EOF}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("upstream failed before its first byte: %w", err)
+		}
+	}
+}
+
+// prefixedBody replays the bytes read ahead, then the rest of the body.
+type prefixedBody struct {
+	io.ReadCloser
+	head []byte
+	eof  bool
+}
+
+func (b *prefixedBody) Read(p []byte) (int, error) {
+	if len(b.head) > 0 {
+		n := copy(p, b.head)
+		b.head = b.head[n:]
+		return n, nil
+	}
+	if b.eof {
+		return 0, io.EOF
+	}
+	return b.ReadCloser.Read(p)
+}
+
 // watch takes over a response that will reach the client: the body is
 // wrapped to see its end (or its failure), count output tokens, and, for
 // an event stream, end a broken stream with an error event.
@@ -184,12 +229,12 @@ func (x *exchange) watch(resp *http.Response) {
 
 // endAttempt gives back what the current attempt took: the replica's slot
 // (with how it went) or the forward's count at the peer.
-func (x *exchange) endAttempt(how Outcome) {
+func (x *exchange) endAttempt(how region.Outcome) {
 	o := x.target
 	x.target = routed{}
 	switch {
 	case o.replica != nil:
-		x.s.router.Done(o.replica.name(), time.Since(x.start), how)
+		x.s.router.Done(x.req, time.Since(x.start), how)
 	case o.Peer != nil:
 		x.s.router.ForwardDone(o.Peer.Region)
 	}
@@ -221,6 +266,9 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	if n > 0 {
 		if x.firstByte.IsZero() {
 			x.firstByte = time.Now()
+			if x.target.replica != nil {
+				x.s.router.FirstByte(x.req)
+			}
 		}
 		x.counter.count(p[:n])
 	}
@@ -250,11 +298,11 @@ func (b *watchedBody) Close() error {
 	x := b.x
 	switch {
 	case x.complete && x.status < 300:
-		x.endAttempt(Served)
+		x.endAttempt(region.Served)
 	case x.broken != nil:
-		x.endAttempt(ReplicaFailed)
+		x.endAttempt(region.ReplicaFailed)
 	default:
-		x.endAttempt(Released) // the client left, or a client error passed through
+		x.endAttempt(region.Released) // the client left, or a client error passed through
 	}
 	return err
 }

@@ -97,7 +97,7 @@ func (r *Router) SetReplicas(urls []*url.URL) error {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := r.core.SetReplicas(names)
+	err := r.core.SetReplicas(region.Specs(names...))
 	byName := map[string]*replica{}
 	for _, rp := range r.replicas {
 		byName[rp.name()] = rp
@@ -195,39 +195,22 @@ func (r *Router) record(d region.Delivery) {
 	r.recentNext++
 }
 
-// Outcome says how a dispatched request ended, for the replica's record.
-type Outcome int
-
-// The outcomes of a request on a replica.
-const (
-	// Served: the replica answered in full; the service time is a sample.
-	Served Outcome = iota
-	// ReplicaFailed: refused, reset, 5xx, a stream broken by the replica
-	// or a stalled one; it counts toward ejection.
-	ReplicaFailed
-	// Released: ended for reasons that say nothing of the replica (the
-	// client left, or the replica answered with a client error).
-	Released
-)
-
-// Done records the end of a request on the named replica (service is the
-// time from sending it to its last byte) and pumps the head of the queue
-// into the freed slot.
-func (r *Router) Done(replica string, service time.Duration, how Outcome) {
+// FirstByte records that a dispatched request's first byte arrived: its
+// prefill no longer delays the replica's next requests.
+func (r *Router) FirstByte(req *request.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	h := r.core.Replica(replica)
-	if h == nil {
-		return // removed from the pool meanwhile
-	}
-	switch how {
-	case Served:
-		r.core.Finished(h, service)
-	case ReplicaFailed:
-		r.core.Failed(h)
-	default:
-		r.core.Released(h)
-	}
+	r.core.FirstToken(req)
+}
+
+// Done records the end of a dispatched request (service is the time from
+// sending it to its last byte; how, whether the replica served it, failed
+// it, or is not to blame) and pumps the head of the queue into the freed
+// slot.
+func (r *Router) Done(req *request.Request, service time.Duration, how region.Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.core.End(req, how, service)
 	r.core.PumpDepth(r.now(), 1)
 }
 
@@ -244,7 +227,7 @@ func (r *Router) ForwardDone(peer string) {
 func (r *Router) releaseLocked(o routed) {
 	switch {
 	case o.Replica != nil:
-		r.core.Released(o.Replica)
+		r.core.End(o.Request, region.Released, 0)
 	case o.Peer != nil:
 		r.core.ForwardDone(o.Peer.Region)
 	}

@@ -15,23 +15,40 @@ type Load struct {
 	Replicas    int           // healthy replicas
 	Slots       int           // dispatch slots over them
 	Outstanding int           // queued plus in flight through this node
-	Prefill     policy.PrefillProfile
+	// QueuedTokens is the prompt tokens of the outstanding requests.
+	QueuedTokens int
+	// PrefillTokens is the prefill work queued at the least busy healthy
+	// replica: what a request forwarded here would wait behind.
+	PrefillTokens int
+	// Offloading is this node's requests in flight at peer regions.
+	Offloading int
+	Prefill    policy.PrefillProfile
 }
 
 // Load is the region's summary as of now, as this node publishes it.
 func (r *Region) Load() Load {
 	queued := r.bal.Len()
-	l := Load{Queued: queued, Outstanding: queued, Prefill: r.cfg.Prefill}
-	local := policy.LocalRegion{Queued: queued, PerRequestWait: r.perRequestWait()}
+	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.cfg.Prefill}
+	for _, n := range r.forwarding {
+		l.Offloading += n
+	}
+	local := policy.LocalRegion{Queued: queued, PerRequestWait: r.perRequestWait(), Replicas: r.loadReps[:0]}
+	l.PrefillTokens = -1
 	for _, rp := range r.replicas {
 		l.Outstanding += rp.inFlight
+		l.QueuedTokens += rp.inFlightTokens
 		if rp.healthy {
 			l.Replicas++
-			l.Slots += r.cfg.MaxInFlight
+			l.Slots += r.EffectiveCap(rp)
+			if l.PrefillTokens < 0 || rp.prefillTokens < l.PrefillTokens {
+				l.PrefillTokens = rp.prefillTokens
+			}
 		}
 		local.Replicas = append(local.Replicas, r.policyReplica(rp, 0))
 	}
+	l.PrefillTokens = max(l.PrefillTokens, 0)
 	l.QueueWait = local.QueueWait()
+	r.loadReps = local.Replicas
 	return l
 }
 
@@ -98,5 +115,6 @@ type Peer struct {
 func (p *Peer) Policy() policy.PeerRegion {
 	return policy.PeerRegion{Name: p.Region, Jurisdiction: p.Jurisdiction, Healthy: p.Healthy, DataAge: p.DataAge,
 		RTT: p.RTT, GateOpen: p.GateOpen, GateReason: p.Gate, QueueWait: p.Load.QueueWait, Queued: p.Load.Queued,
-		Replicas: p.Load.Replicas, Slots: p.Load.Slots, Outstanding: p.Load.Outstanding, Prefill: p.Load.Prefill}
+		Replicas: p.Load.Replicas, Slots: p.Load.Slots, Outstanding: p.Load.Outstanding, QueuedTokens: p.Load.QueuedTokens,
+		PrefillTokens: p.Load.PrefillTokens, Offloading: p.Load.Offloading, Prefill: p.Load.Prefill}
 }

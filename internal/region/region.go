@@ -64,7 +64,8 @@ func (c Config) withDefaults() Config {
 type Delivery struct {
 	balancer.Outcome
 	// Replica is the local replica, for a Dispatch. Its slot is taken:
-	// the driver must end it with Finished, Failed or Released.
+	// the driver reports its first token (FirstToken) and must end it with
+	// End.
 	Replica *Replica
 	// Peer is the peer region as the decision saw it, for a Forward. It
 	// counts as in flight there: the driver must end it with ForwardDone.
@@ -88,9 +89,11 @@ type Region struct {
 	// since keeps a burst from herding onto the one peer that looked idle.
 	forwarding map[string]int
 	view       policy.View
+	loadReps   []policy.Replica // Load's scratch
 	matched    []int
 	deliver    func(Delivery)
 	digests    digestPublisher
+	bookings   map[*request.Request]*booking // dispatched, not ended
 }
 
 // New returns a region with no replicas that routes by pol and hands every
@@ -105,7 +108,8 @@ func New(cfg Config, pol policy.Policy, deliver func(Delivery)) (*Region, error)
 	}
 	cfg = cfg.withDefaults()
 	r := &Region{cfg: cfg, bal: balancer.New(pol, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
-		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver}
+		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
+		bookings: map[*request.Request]*booking{}}
 	r.digests.region = r
 	return r, nil
 }
@@ -145,7 +149,7 @@ func (r *Region) Held(now time.Time) []balancer.HeldRequest { return r.bal.Held(
 // delivering it: for explanations and the drivers' parity test.
 func (r *Region) Decide(req *request.Request) policy.Decision {
 	v := r.View(req)
-	v.Local.Queued = r.bal.Len()
+	v.Local.Queued, v.Local.Held = r.bal.Len(), r.bal.Len()
 	return r.bal.Policy().Route(req, v)
 }
 
@@ -193,7 +197,7 @@ func (r *Region) perRequestWait() time.Duration {
 func (r *Region) View(req *request.Request) *policy.View {
 	v := &r.view
 	v.Local.Name, v.Local.Jurisdiction, v.Local.Prefill = r.cfg.Name, r.cfg.Jurisdiction, r.cfg.Prefill
-	v.Local.Queued = 0
+	v.Local.Queued, v.Local.Held = 0, 0
 	r.index.Match(req.Blocks, r.matched)
 	v.Local.Replicas = v.Local.Replicas[:0]
 	for _, rp := range r.replicas {
@@ -204,7 +208,8 @@ func (r *Region) View(req *request.Request) *policy.View {
 	for i := range r.peers {
 		p := &r.peers[i]
 		pr := p.Policy()
-		pr.Outstanding += r.forwarding[p.Region]
+		pr.InFlightFromUs = r.forwarding[p.Region]
+		pr.Outstanding += pr.InFlightFromUs
 		if p.Digest != nil {
 			pr.MatchPrefix(req, p.Digest)
 		}
@@ -216,8 +221,24 @@ func (r *Region) View(req *request.Request) *policy.View {
 func (r *Region) policyReplica(rp *Replica, prefixBlocks int) policy.Replica {
 	m := rp.metrics
 	return policy.Replica{Name: rp.name, Healthy: rp.healthy, Waiting: m.Waiting, Running: m.Running, InFlight: rp.inFlight,
-		MaxInFlight: r.cfg.MaxInFlight, KVUsage: m.KVUsage, PrefixBlocks: prefixBlocks}
+		MaxInFlight: r.cfg.MaxInFlight, Capacity: r.EffectiveCap(rp), KVUsage: r.projectedKVUsage(rp), PrefixBlocks: prefixBlocks, QueuedTokens: rp.inFlightTokens,
+		PrefillTokens: rp.prefillTokens, Jurisdiction: rp.jurisdiction, RTT: rp.rtt}
 }
+
+// projectedKVUsage is the replica's KV-cache usage as last scraped plus
+// what the requests dispatched since will take: between two scrapes a
+// burst must not pile into a cache that only looked free.
+func (r *Region) projectedKVUsage(rp *Replica) float64 {
+	m := rp.metrics
+	if m.KVBlocks <= 0 || m.BlockSize <= 0 {
+		return m.KVUsage
+	}
+	return min(m.KVUsage+float64(rp.sinceScrape)/float64(m.KVBlocks*m.BlockSize), 1)
+}
+
+// OutputReserve is the KV-cache tokens a dispatched request is assumed to
+// grow by while it decodes, when it sets no max_tokens or a larger one.
+const OutputReserve = 256
 
 // Deliver implements balancer.Env: a dispatch takes a slot on its replica
 // and teaches the prefix index (and so the next digest) that the replica
@@ -231,7 +252,17 @@ func (r *Region) Deliver(o balancer.Outcome) {
 			rp := r.replicas[o.Decision.Replica]
 			d.Replica = rp
 			d.PrefixBlocks = r.view.Local.Replicas[o.Decision.Replica].PrefixBlocks
+			req := o.Request
+			uncached := req.PromptTokens - req.CachedTokens(d.PrefixBlocks)
+			out := OutputReserve
+			if req.MaxTokens > 0 {
+				out = min(req.MaxTokens, OutputReserve)
+			}
 			rp.inFlight++
+			rp.inFlightTokens += req.PromptTokens
+			rp.prefillTokens += uncached
+			rp.sinceScrape += uncached + out
+			r.bookings[req] = &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true}
 			r.index.Insert(rp.target, o.Request.Blocks, r.digests.learn)
 		case policy.Forward:
 			p := r.peers[o.Decision.Peer]

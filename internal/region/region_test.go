@@ -27,7 +27,7 @@ func newTestRegion(t *testing.T, n int) (*Region, *[]Delivery) {
 	for i := range names {
 		names[i] = fmt.Sprintf("r%d", i)
 	}
-	if err := r.SetReplicas(names); err != nil {
+	if err := r.SetReplicas(Specs(names...)); err != nil {
 		t.Fatal(err)
 	}
 	return r, &got
@@ -38,7 +38,7 @@ func req(id string, blocks ...uint64) *request.Request {
 }
 
 func TestNewRefusesWhatItCannotRun(t *testing.T) {
-	pol := policy.Local{}
+	pol := policy.LocalLeastLoad{}
 	deliver := func(Delivery) {}
 	for _, tc := range []struct {
 		name    string
@@ -67,7 +67,7 @@ func TestDispatchTakesASlotAndTeachesTheIndex(t *testing.T) {
 		t.Errorf("in flight %d, prefix %d: want 1 and 0 (nothing was cached yet)", d.Replica.InFlight(), d.PrefixBlocks)
 	}
 	// The same prefix again: the index now says that replica holds it.
-	r.Finished(d.Replica, 100*time.Millisecond)
+	r.End(d.Request, Served, 100*time.Millisecond)
 	r.Submit(t0, req("b", 1, 2, 3, 4))
 	d2 := (*got)[1]
 	if d2.Replica != d.Replica || d2.PrefixBlocks != 3 {
@@ -84,12 +84,15 @@ func TestEjectAndReadmitRule(t *testing.T) {
 		do          func(r *Region, rp *Replica)
 		wantHealthy bool
 	}{
-		{"two failures keep it", func(r *Region, rp *Replica) { r.Failed(rp); r.Failed(rp) }, true},
-		{"a success resets the streak", func(r *Region, rp *Replica) { r.Finished(rp, time.Second) }, true},
+		{"two failures keep it", func(r *Region, rp *Replica) {
+			r.End(dispatched(r, rp), ReplicaFailed, 0)
+			r.End(dispatched(r, rp), ReplicaFailed, 0)
+		}, true},
+		{"a success resets the streak", func(r *Region, rp *Replica) { r.End(dispatched(r, rp), Served, time.Second) }, true},
 		{"a failed check and two failed requests eject", func(r *Region, rp *Replica) {
 			r.HealthChecked(rp, false)
-			r.Failed(rp)
-			r.Failed(rp)
+			r.End(dispatched(r, rp), ReplicaFailed, 0)
+			r.End(dispatched(r, rp), ReplicaFailed, 0)
 		}, false},
 		{"one passed check is not enough", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, false},
 		{"a failed check restarts the count", func(r *Region, rp *Replica) { r.HealthChecked(rp, false); r.HealthChecked(rp, true) }, false},
@@ -183,7 +186,7 @@ func TestDigestPublisher(t *testing.T) {
 	// Ejection forgets the replica's blocks: the next digest is rebuilt
 	// without them.
 	for range 3 {
-		r.Failed(rp)
+		r.End(dispatched(r, rp), ReplicaFailed, 0)
 	}
 	third := r.Digest()
 	if third.Generation <= second.Generation || third.MatchLength([]uint64{11, 12, 13}) != 0 {
@@ -196,6 +199,18 @@ func TestDigestPublisher(t *testing.T) {
 	if grown := r.Digest(); grown.Bits() <= before {
 		t.Errorf("digest of %d bits after the cache grew 25×, was %d", grown.Bits(), before)
 	}
+}
+
+// dispatched books a dispatch of a fresh request to rp and returns it.
+func dispatched(r *Region, rp *Replica) *request.Request {
+	for i, x := range r.Replicas() {
+		if x == rp {
+			o := deliveryFor(r, fmt.Sprint("d", len(r.bookings)), i, 99)
+			r.Deliver(o)
+			return o.Request
+		}
+	}
+	panic("no such replica")
 }
 
 // deliveryFor delivers a dispatch of a request with blocks to replica i.
@@ -249,7 +264,7 @@ func TestSetReplicasKeepsStateOfThoseThatStay(t *testing.T) {
 	r, _ := newTestRegion(t, 2)
 	a := r.Replica("r0")
 	a.inFlight = 3
-	if err := r.SetReplicas([]string{"r2", "r0"}); err != nil {
+	if err := r.SetReplicas(Specs("r2", "r0")); err != nil {
 		t.Fatal(err)
 	}
 	if r.Replica("r1") != nil || r.Replica("r0") != a || a.InFlight() != 3 || r.Replicas()[0].Name() != "r2" {
@@ -259,7 +274,7 @@ func TestSetReplicasKeepsStateOfThoseThatStay(t *testing.T) {
 	for i := range many {
 		many[i] = fmt.Sprint("m", i)
 	}
-	if err := r.SetReplicas(many); err == nil || len(r.Replicas()) != 64 {
+	if err := r.SetReplicas(Specs(many...)); err == nil || len(r.Replicas()) != 64 {
 		t.Errorf("70 replicas: err %v, %d tracked; want an error naming the 6 not tracked", err, len(r.Replicas()))
 	}
 }
@@ -271,3 +286,28 @@ func names(rs []*Replica) []string {
 	}
 	return out
 }
+
+func TestBookingsTrackPrefillAndTokensUntilTheEnd(t *testing.T) {
+	r, _ := newTestRegion(t, 1)
+	rp := r.Replicas()[0]
+	r.Deliver(deliveryFor(r, "a", 0, 1, 2, 3)) // 384 tokens, nothing cached yet
+	req := &request.Request{ID: "b", PromptTokens: 1000, BlockTokens: 128, Blocks: []uint64{1, 2, 3, 4}}
+	r.View(req)
+	r.Deliver(balancer.Outcome{Request: req, Decision: policy.Decision{Action: policy.Dispatch, Replica: 0}})
+	v := r.View(probeReq())
+	if got := v.Local.Replicas[0]; got.InFlight != 2 || got.QueuedTokens != 384+1000 || got.PrefillTokens != 384+1000-384 {
+		t.Fatalf("after two dispatches: %+v; want 2 in flight, 1,384 prompt tokens, 1,000 to prefill (3 of b's blocks cached)", got)
+	}
+	r.FirstToken(req)
+	r.FirstToken(req) // once only
+	if got := r.View(probeReq()).Local.Replicas[0]; got.PrefillTokens != 384 {
+		t.Errorf("after b's first token: prefill %d, want a's 384", got.PrefillTokens)
+	}
+	r.End(req, Served, time.Second)
+	r.End(req, Served, time.Second) // a second end is ignored
+	if got := r.View(probeReq()).Local.Replicas[0]; got.InFlight != 1 || got.QueuedTokens != 384 || rp.InFlight() != 1 {
+		t.Errorf("after b ended: %+v", got)
+	}
+}
+
+func probeReq() *request.Request { return req("probe", 77) }

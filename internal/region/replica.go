@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"skywalker/internal/prefix"
+	"skywalker/internal/request"
 )
 
 // Metrics are what one scrape of a replica's engine reported (vLLM's or
@@ -25,13 +26,45 @@ type Metrics struct {
 // change only through the Region's methods; drivers read them through the
 // accessors.
 type Replica struct {
-	name     string
-	target   prefix.Target
-	healthy  bool
-	failures int // consecutive failed requests or health checks
-	passes   int // consecutive passed health checks while ejected
-	inFlight int
-	metrics  Metrics
+	name           string
+	jurisdiction   string        // "" for the region's own
+	rtt            time.Duration // from the balancer; zero in its own region
+	target         prefix.Target
+	healthy        bool
+	failures       int // consecutive failed requests or health checks
+	passes         int // consecutive passed health checks while ejected
+	inFlight       int
+	inFlightTokens int // prompt tokens of the requests in flight
+	// prefillTokens is the uncached prompt tokens of the requests in
+	// flight that have not produced their first token: the prefill work a
+	// new request waits behind.
+	prefillTokens int
+	// footprint is the KV-cache tokens a running sequence holds on this
+	// replica, smoothed over scrapes: what sets how many requests its
+	// cache carries at once (EffectiveCap).
+	footprint float64
+	// sinceScrape is the KV-cache tokens the requests dispatched since the
+	// last scrape will take (uncached prompt plus an output reserve): the
+	// scrape's KV usage does not count them yet.
+	sinceScrape int
+	metrics     Metrics
+}
+
+// ReplicaSpec names a replica and, for one outside the balancer's region
+// (a single global router's), where it is.
+type ReplicaSpec struct {
+	Name         string
+	Jurisdiction string        // "" for the region's own
+	RTT          time.Duration // round trip from the balancer
+}
+
+// Specs turns names of the region's own replicas into specs.
+func Specs(names ...string) []ReplicaSpec {
+	out := make([]ReplicaSpec, len(names))
+	for i, n := range names {
+		out[i] = ReplicaSpec{Name: n}
+	}
+	return out
 }
 
 // Name is the replica's name (the proxy uses host:port).
@@ -46,15 +79,15 @@ func (r *Replica) InFlight() int { return r.inFlight }
 // Metrics is the replica's last scrape.
 func (r *Replica) Metrics() Metrics { return r.metrics }
 
-// SetReplicas makes the replica table exactly names, in that order (which
+// SetReplicas makes the replica table exactly specs, in that order (which
 // is the order policies see them in, and break ties by). Replicas that stay
 // keep their state; those that leave are forgotten with their index
 // entries. At most prefix.MaxTargets replicas are tracked; the error names
 // those that were not.
-func (r *Region) SetReplicas(names []string) error {
-	wanted := make(map[string]bool, len(names))
-	for _, name := range names {
-		wanted[name] = true
+func (r *Region) SetReplicas(specs []ReplicaSpec) error {
+	wanted := make(map[string]bool, len(specs))
+	for _, sp := range specs {
+		wanted[sp.Name] = true
 	}
 	byName := make(map[string]*Replica, len(r.replicas))
 	for _, rp := range r.replicas {
@@ -65,23 +98,24 @@ func (r *Region) SetReplicas(names []string) error {
 		r.index.RemoveTarget(rp.target) // leaving: free its index slot first
 		r.digests.stale = true
 	}
-	next := make([]*Replica, 0, len(names))
+	next := make([]*Replica, 0, len(specs))
 	var dropped []string
-	for _, name := range names {
-		if rp, ok := byName[name]; ok {
+	for _, sp := range specs {
+		if rp, ok := byName[sp.Name]; ok {
+			rp.jurisdiction, rp.rtt = sp.Jurisdiction, sp.RTT
 			next = append(next, rp)
-			delete(byName, name) // a name listed twice is tracked once
+			delete(byName, sp.Name) // a name listed twice is tracked once
 			continue
 		}
-		if slicesContains(next, name) {
+		if slicesContains(next, sp.Name) {
 			continue
 		}
-		t, err := r.index.AddTarget(name, r.cfg.DefaultReplicaTokens)
+		t, err := r.index.AddTarget(sp.Name, r.cfg.DefaultReplicaTokens)
 		if err != nil {
-			dropped = append(dropped, name)
+			dropped = append(dropped, sp.Name)
 			continue
 		}
-		next = append(next, &Replica{name: name, target: t, healthy: true})
+		next = append(next, &Replica{name: sp.Name, jurisdiction: sp.Jurisdiction, rtt: sp.RTT, target: t, healthy: true})
 	}
 	r.replicas = next
 	if len(dropped) > 0 {
@@ -132,10 +166,34 @@ func (r *Region) IndexedBlocks(rp *Replica) int { return r.index.TargetLen(rp.ta
 // balanced on its requests in flight. A reported KV-cache size resizes the
 // replica's share of the prefix index.
 func (r *Region) Scraped(rp *Replica, m Metrics) {
-	rp.metrics = m
+	rp.metrics, rp.sinceScrape = m, 0
+	if m.Running > 0 && m.KVUsage > 0 && m.KVBlocks > 0 && m.BlockSize > 0 {
+		per := m.KVUsage * float64(m.KVBlocks*m.BlockSize) / float64(m.Running)
+		if rp.footprint == 0 {
+			rp.footprint = per
+		} else {
+			rp.footprint += footprintAlpha * (per - rp.footprint)
+		}
+	}
 	if m.KVBlocks > 0 && m.BlockSize > 0 {
 		r.index.SetCapacity(rp.target, m.KVBlocks*m.BlockSize)
 	}
+}
+
+// footprintAlpha weighs a new scrape in a replica's footprint average.
+const footprintAlpha = 0.05
+
+// EffectiveCap is how many requests rp can run at once: its KV cache over
+// the tokens a running sequence holds there (kept at 90%, the headroom for
+// sequences still growing), never more than the configured MaxInFlight. A
+// replica whose engine reports no cache size, or that has not run anything
+// yet, has the configured cap.
+func (r *Region) EffectiveCap(rp *Replica) int {
+	m := rp.metrics
+	if rp.footprint <= 0 || m.KVBlocks <= 0 || m.BlockSize <= 0 {
+		return r.cfg.MaxInFlight
+	}
+	return min(r.cfg.MaxInFlight, max(1, int(0.9*float64(m.KVBlocks*m.BlockSize)/rp.footprint)))
 }
 
 // capacityTokens is the KV cache rp is believed to hold.
@@ -146,27 +204,63 @@ func (r *Region) capacityTokens(rp *Replica) int {
 	return r.cfg.DefaultReplicaTokens
 }
 
-// Finished records a request that completed on rp after service (from
-// dispatch to its last byte): the slot frees, the failure streak ends and
-// the service time feeds the queue-wait estimate.
-func (r *Region) Finished(rp *Replica, service time.Duration) {
-	rp.inFlight = max(rp.inFlight-1, 0)
-	rp.failures = 0
-	r.service.Observe(service)
+// Outcome says how a dispatched request ended, for its replica's record.
+type Outcome int
+
+// The outcomes of a request on a replica.
+const (
+	// Served: the replica answered in full; the service time (from
+	// dispatch to the last byte) feeds the queue-wait estimate and the
+	// failure streak ends.
+	Served Outcome = iota
+	// ReplicaFailed: refused, reset, 5xx, a stream broken by the replica;
+	// it counts toward passive ejection.
+	ReplicaFailed
+	// Released: ended for a reason that says nothing of the replica (the
+	// client left, or the replica answered a client error).
+	Released
+)
+
+// booking is a dispatched request's claim on its replica, from Deliver to
+// End.
+type booking struct {
+	rp         *Replica
+	prompt     int // prompt tokens
+	uncached   int // prompt tokens the replica must prefill
+	prefilling bool
 }
 
-// Failed records a request on rp that failed because of the replica
-// (refused, reset, 5xx, a broken stream): the slot frees and the failure
-// counts toward passive ejection.
-func (r *Region) Failed(rp *Replica) {
-	rp.inFlight = max(rp.inFlight-1, 0)
-	r.fail(rp)
+// FirstToken records that a dispatched request produced its first token
+// (the proxy: its first byte): its prefill no longer delays others.
+func (r *Region) FirstToken(req *request.Request) {
+	b := r.bookings[req]
+	if b == nil || !b.prefilling {
+		return
+	}
+	b.prefilling = false
+	b.rp.prefillTokens = max(b.rp.prefillTokens-b.uncached, 0)
 }
 
-// Released frees rp's slot for a request that ended for a reason that says
-// nothing about the replica (the client left).
-func (r *Region) Released(rp *Replica) {
+// End records the end of a dispatched request: its replica's slot frees,
+// and how it went is booked (see Outcome; service is from dispatch to the
+// last byte). A request not dispatched, or already ended, is ignored.
+func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
+	b := r.bookings[req]
+	if b == nil {
+		return
+	}
+	delete(r.bookings, req)
+	r.FirstToken(req)
+	rp := b.rp
 	rp.inFlight = max(rp.inFlight-1, 0)
+	rp.inFlightTokens = max(rp.inFlightTokens-b.prompt, 0)
+	switch how {
+	case Served:
+		rp.failures = 0
+		r.service.Observe(service)
+	case ReplicaFailed:
+		r.fail(rp)
+	}
 }
 
 // HealthChecked records one health check of rp. A replica in service that

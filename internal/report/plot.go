@@ -151,7 +151,7 @@ func sweepPlot(sweep []SweepPoint) (*plot.Plot, error) {
 			if _, ok := byPolicy[r.Policy]; !ok {
 				order = append(order, r.Policy)
 			}
-			byPolicy[r.Policy] = append(byPolicy[r.Policy], plotter.XY{X: pt.RateScale, Y: r.TTFTP50Ms})
+			byPolicy[r.Policy] = append(byPolicy[r.Policy], plotter.XY{X: pt.RateScale, Y: float64(r.TTFTP50Ms)})
 		}
 	}
 	var lines []any

@@ -17,7 +17,15 @@ type column struct {
 	cell func(*results.Result) string
 }
 
-func f1(x float64) string  { return fmt.Sprintf("%.1f", x) }
+func f1(x float64) string { return fmt.Sprintf("%.1f", x) }
+
+// lat prints a latency; one that falls on a request never answered is ∞.
+func lat(m results.Millis) string {
+	if m.Missed() {
+		return "∞"
+	}
+	return f0(float64(m))
+}
 func f0(x float64) string  { return fmt.Sprintf("%.0f", x) }
 func pct(x float64) string { return fmt.Sprintf("%.1f%%", 100*x) }
 
@@ -26,11 +34,11 @@ var columns = []column{
 	{"requests", func(r *results.Result) string { return fmt.Sprint(r.Requests) }},
 	{"completed", func(r *results.Result) string { return fmt.Sprint(r.Completed) }},
 	{"dropped", func(r *results.Result) string { return fmt.Sprint(r.Dropped) }},
-	{"TTFT p50 ms", func(r *results.Result) string { return f0(r.TTFTP50Ms) }},
-	{"TTFT p90 ms", func(r *results.Result) string { return f0(r.TTFTP90Ms) }},
-	{"TTFT p99 ms", func(r *results.Result) string { return f0(r.TTFTP99Ms) }},
-	{"E2E p50 ms", func(r *results.Result) string { return f0(r.E2EP50Ms) }},
-	{"E2E p99 ms", func(r *results.Result) string { return f0(r.E2EP99Ms) }},
+	{"TTFT p50 ms", func(r *results.Result) string { return lat(r.TTFTP50Ms) }},
+	{"TTFT p90 ms", func(r *results.Result) string { return lat(r.TTFTP90Ms) }},
+	{"TTFT p99 ms", func(r *results.Result) string { return lat(r.TTFTP99Ms) }},
+	{"E2E p50 ms", func(r *results.Result) string { return lat(r.E2EP50Ms) }},
+	{"E2E p99 ms", func(r *results.Result) string { return lat(r.E2EP99Ms) }},
 	{"TPOT ms", func(r *results.Result) string { return f1(r.TPOTMs) }},
 	{"out tok/s", func(r *results.Result) string { return f0(r.ThroughputTokS) }},
 	{"(in+2out) tok/s", func(r *results.Result) string { return f0(r.PaperThroughput) }},
@@ -103,18 +111,35 @@ func Markdown(w io.Writer, rep *results.Report) error {
 		b.WriteString("\n")
 	}
 	if sw := rep.Find("skywalker"); sw != nil && len(rep.Results) > 1 {
-		b.WriteString("\nSkyWalker against each policy (× better; above 1 means SkyWalker wins):\n\n")
+		b.WriteString("\nSkyWalker against each policy (× better; above 1 means SkyWalker wins). A policy that meets the SLO for\n" +
+			"fewer than 99% of requests has no latency ratio: its queue, not its routing, sets its latency.\n\n")
 		b.WriteString("| policy | TTFT p50 | TTFT p99 | goodput | (in+2out) throughput |\n|---|---:|---:|---:|---:|\n")
 		for _, r := range rep.Results {
 			if r == sw {
 				continue
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Policy, ratio(r.TTFTP50Ms, sw.TTFTP50Ms), ratio(r.TTFTP99Ms, sw.TTFTP99Ms),
-				ratio(sw.GoodputRPS, r.GoodputRPS), ratio(sw.PaperThroughput, r.PaperThroughput))
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.Policy, latencyRatio(r, sw, r.TTFTP50Ms, sw.TTFTP50Ms),
+				latencyRatio(r, sw, r.TTFTP99Ms, sw.TTFTP99Ms), ratio(sw.GoodputRPS, r.GoodputRPS), ratio(sw.PaperThroughput, r.PaperThroughput))
 		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// SLOTarget is the share of requests within the TTFT SLO below which a
+// policy "misses the SLO".
+const SLOTarget = 0.99
+
+// latencyRatio is other's latency over skywalker's, unless either misses
+// the SLO: a ratio of two collapsed queues says nothing about routing.
+func latencyRatio(other, sw *results.Result, o, s results.Millis) string {
+	switch {
+	case other.SLOAttainment < SLOTarget:
+		return fmt.Sprintf("misses SLO (%.1f%%)", 100*other.SLOAttainment)
+	case sw.SLOAttainment < SLOTarget:
+		return fmt.Sprintf("skywalker misses SLO (%.1f%%)", 100*sw.SLOAttainment)
+	}
+	return ratio(float64(o), float64(s))
 }
 
 func ratio(num, den float64) string {

@@ -6,8 +6,10 @@
 package results
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 )
 
@@ -21,12 +23,16 @@ type Result struct {
 	Drops     map[string]int `json:"drop_reasons,omitempty"`
 	Retried   int            `json:"retried"`
 
-	TTFTP50Ms float64 `json:"ttft_p50_ms"`
-	TTFTP90Ms float64 `json:"ttft_p90_ms"`
-	TTFTP99Ms float64 `json:"ttft_p99_ms"`
-	E2EP50Ms  float64 `json:"e2e_p50_ms"`
-	E2EP99Ms  float64 `json:"e2e_p99_ms"`
-	TPOTMs    float64 `json:"tpot_ms"` // mean time per output token after the first
+	// Latency percentiles are over every request: one dropped, rejected
+	// or timed out counts as never answered (+Inf, null in JSON), so a
+	// policy that drops 2% has an infinite p99.
+	TTFTP50Ms Millis  `json:"ttft_p50_ms"`
+	TTFTP90Ms Millis  `json:"ttft_p90_ms"`
+	TTFTP99Ms Millis  `json:"ttft_p99_ms"`
+	E2EP50Ms  Millis  `json:"e2e_p50_ms"`
+	E2EP99Ms  Millis  `json:"e2e_p99_ms"`
+	TTFTMaxMs Millis  `json:"ttft_max_ms"` // the longest TTFT of a completed request
+	TPOTMs    float64 `json:"tpot_ms"`     // mean time per output token after the first
 
 	ThroughputTokS  float64 `json:"throughput_tok_s"`       // output tokens per second
 	PaperThroughput float64 `json:"paper_throughput_tok_s"` // (input + 2·output) tokens per second, as the SkyWalker paper reports
@@ -48,6 +54,9 @@ type Result struct {
 
 	Makespan float64 `json:"makespan_s"`
 	Events   int64   `json:"events,omitempty"`
+	// Stopped: the simulation ended early, once the SLO target could no
+	// longer be met; only the SLO attainment's upper bound is known.
+	Stopped bool `json:"stopped,omitempty"`
 
 	Series *Series `json:"-"`
 }
@@ -59,9 +68,42 @@ type RegionStats struct {
 	ServedLocal  int     `json:"served_local"`
 	ForwardedOut int     `json:"forwarded_out"`
 	Received     int     `json:"received"`
-	TTFTP50Ms    float64 `json:"ttft_p50_ms"`
-	TTFTP99Ms    float64 `json:"ttft_p99_ms"`
+	TTFTP50Ms    Millis  `json:"ttft_p50_ms"`
+	TTFTP99Ms    Millis  `json:"ttft_p99_ms"`
 	CacheHitRate float64 `json:"cache_hit_rate"`
+}
+
+// Millis is a latency in milliseconds. +Inf stands for a request that
+// never got its answer (a percentile that falls on a drop); JSON writes it
+// as null.
+type Millis float64
+
+// Never is the latency of a request that was never answered.
+var Never = Millis(math.Inf(1))
+
+// Missed reports whether the latency is Never.
+func (m Millis) Missed() bool { return math.IsInf(float64(m), 1) }
+
+// MarshalJSON writes Never as null.
+func (m Millis) MarshalJSON() ([]byte, error) {
+	if m.Missed() || math.IsNaN(float64(m)) {
+		return []byte("null"), nil
+	}
+	return strconv.AppendFloat(nil, float64(m), 'f', -1, 64), nil
+}
+
+// UnmarshalJSON reads null as Never.
+func (m *Millis) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*m = Never
+		return nil
+	}
+	f, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("latency %s: %w", b, err)
+	}
+	*m = Millis(f)
+	return nil
 }
 
 // Totals are the run's figures in the form of one region's: every request
@@ -108,8 +150,14 @@ func Percentile(sorted []float64, p float64) float64 {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
+// ms is a rounded percentile of sorted milliseconds.
+func ms(sorted []float64, p float64) Millis { return Millis(Round(Percentile(sorted, p), 1)) }
+
 // Round keeps results readable and stable across platforms.
 func Round(x float64, digits int) float64 {
+	if math.IsInf(x, 0) {
+		return x
+	}
 	p := math.Pow(10, float64(digits))
 	return math.Round(x*p) / p
 }
@@ -138,7 +186,7 @@ type Sample struct {
 // completed request, so a million-request simulated day fits easily. Not
 // safe for concurrent use.
 type Collector struct {
-	slo                 time.Duration
+	slo                 SLO
 	requests, completed int
 	retried             int
 	drops               map[string]int
@@ -147,6 +195,7 @@ type Collector struct {
 	tpotN               int
 	in, out, cached     int64
 	sloHits, cross      int
+	ttftMax             float64
 	first, last         time.Duration
 	started             bool
 	regions             map[string]*regionAcc
@@ -159,9 +208,31 @@ type regionAcc struct {
 	prompt, cache int64
 }
 
+// SLO is a time-to-first-token objective: TTFT for any request, plus
+// PerKTokens for every thousand prompt tokens. A flat objective cannot be
+// met by a long prompt even on an idle replica (a 100k-token prompt
+// prefills for seconds), so traces of long contexts scale it with length.
+type SLO struct {
+	TTFT       time.Duration
+	PerKTokens time.Duration
+}
+
+// For is the objective of a request with promptTokens prompt tokens.
+func (s SLO) For(promptTokens int) time.Duration {
+	return s.TTFT + time.Duration(int64(s.PerKTokens)*int64(max(promptTokens, 0))/1000)
+}
+
+// String describes the objective: "2s", or "2s + 100ms per 1k prompt tokens".
+func (s SLO) String() string {
+	if s.PerKTokens <= 0 {
+		return s.TTFT.String()
+	}
+	return s.TTFT.String() + " + " + s.PerKTokens.String() + " per 1k prompt tokens"
+}
+
 // NewCollector returns an empty collector judging TTFT against slo (zero:
 // every completed request meets it).
-func NewCollector(slo time.Duration) *Collector {
+func NewCollector(slo SLO) *Collector {
 	return &Collector{slo: slo, drops: map[string]int{}, regions: map[string]*regionAcc{}}
 }
 
@@ -189,10 +260,13 @@ func (c *Collector) Add(s Sample) {
 	if s.Dropped != "" {
 		c.drops[s.Dropped]++
 		in.stats.Dropped++
+		inf := math.Inf(1)
+		c.ttft, c.e2e, in.ttft = append(c.ttft, inf), append(c.e2e, inf), append(in.ttft, inf)
 		return
 	}
 	c.completed++
 	ttft, e2e := Ms(s.TTFT), Ms(s.End-s.Start)
+	c.ttftMax = max(c.ttftMax, ttft)
 	c.ttft = append(c.ttft, ttft)
 	c.e2e = append(c.e2e, e2e)
 	c.hold = append(c.hold, Ms(s.Held))
@@ -206,7 +280,7 @@ func (c *Collector) Add(s Sample) {
 	c.cached += int64(s.CachedTokens)
 	in.prompt += int64(s.PromptTokens)
 	in.cache += int64(s.CachedTokens)
-	if c.slo <= 0 || s.TTFT <= c.slo {
+	if c.slo.TTFT <= 0 || s.TTFT <= c.slo.For(s.PromptTokens) {
 		c.sloHits++
 	}
 	if s.Served == s.Ingress || s.Served == "" {
@@ -219,16 +293,22 @@ func (c *Collector) Add(s Sample) {
 	c.last = max(c.last, s.End)
 }
 
+// Misses counts the requests so far that missed the SLO: dropped, or
+// answered later than it.
+func (c *Collector) Misses() int {
+	return c.requests - c.sloHits
+}
+
 // Result summarises what was added, labelled with the policy's name.
 func (c *Collector) Result(policy string) *Result {
 	slices.Sort(c.ttft)
 	slices.Sort(c.e2e)
 	slices.Sort(c.hold)
 	res := &Result{Policy: policy, Requests: c.requests, Completed: c.completed, Retried: c.retried,
-		TTFTP50Ms: Round(Percentile(c.ttft, 0.50), 1), TTFTP90Ms: Round(Percentile(c.ttft, 0.90), 1),
-		TTFTP99Ms: Round(Percentile(c.ttft, 0.99), 1), E2EP50Ms: Round(Percentile(c.e2e, 0.50), 1),
-		E2EP99Ms: Round(Percentile(c.e2e, 0.99), 1), HoldP99Ms: Round(Percentile(c.hold, 0.99), 1),
-		Regions: map[string]RegionStats{}}
+		TTFTP50Ms: ms(c.ttft, 0.50), TTFTP90Ms: ms(c.ttft, 0.90), TTFTP99Ms: ms(c.ttft, 0.99),
+		E2EP50Ms: ms(c.e2e, 0.50), E2EP99Ms: ms(c.e2e, 0.99), HoldP99Ms: Round(Percentile(c.hold, 0.99), 1),
+		TTFTMaxMs: Millis(Round(c.ttftMax, 1)),
+		Regions:   map[string]RegionStats{}}
 	for _, n := range c.drops {
 		res.Dropped += n
 	}
@@ -256,7 +336,7 @@ func (c *Collector) Result(policy string) *Result {
 	for _, name := range c.regionOrder {
 		a := c.regions[name]
 		slices.Sort(a.ttft)
-		a.stats.TTFTP50Ms, a.stats.TTFTP99Ms = Round(Percentile(a.ttft, 0.5), 1), Round(Percentile(a.ttft, 0.99), 1)
+		a.stats.TTFTP50Ms, a.stats.TTFTP99Ms = ms(a.ttft, 0.5), ms(a.ttft, 0.99)
 		if a.prompt > 0 {
 			a.stats.CacheHitRate = Round(float64(a.cache)/float64(a.prompt), 4)
 		}

@@ -3,6 +3,8 @@ package sim
 import (
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 
 	"skywalker/internal/policy"
@@ -11,7 +13,7 @@ import (
 
 // Options adjust a comparison run.
 type Options struct {
-	Policies  []string // default: the scenario's, or all
+	Policies  []string // default: the scenario's, or all; "policy@region" runs one router in that region
 	Seed      uint64   // 0: the scenario's
 	Trace     string   // override the scenario's trace file
 	RateScale float64  // multiplies the diurnal peak rate or the replay speed; 0 means 1
@@ -43,8 +45,12 @@ func Compare(s *Scenario, opt Options) (*results.Report, error) {
 		return nil, err
 	}
 	for _, n := range names {
-		if _, err := policy.New(n, *cfg.PolicyConfig); err != nil {
+		pol, router, _ := strings.Cut(n, "@")
+		if _, err := policy.New(pol, *cfg.PolicyConfig); err != nil {
 			return nil, err
+		}
+		if router != "" && !slices.ContainsFunc(sc.Regions, func(r ScenarioRegion) bool { return r.Name == router }) {
+			return nil, fmt.Errorf("%s: no region %q to put the router in", n, router)
 		}
 	}
 	parallel := opt.Parallel
@@ -69,7 +75,7 @@ func Compare(s *Scenario, opt Options) (*results.Report, error) {
 				return
 			}
 			c := cfg
-			c.Policy = names[i]
+			c.Policy, c.Router, _ = strings.Cut(names[i], "@")
 			res, err := Run(c, src, wl.Span, wl.BlockTokens)
 			if err != nil {
 				errs[i] = fmt.Errorf("policy %s: %w", names[i], err)

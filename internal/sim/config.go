@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"skywalker/internal/results"
 	"time"
 
 	"skywalker/internal/balancer"
@@ -62,13 +63,24 @@ type Config struct {
 	// Retries bounds how often a request that failed before its first
 	// byte is routed again; 0 means the proxy's default.
 	Retries int
+	// Router, if set, names the one region whose router serves every
+	// region (a single global router, as most deployments run one today):
+	// every client reaches it across the WAN, and it reaches every
+	// region's replicas, whose metrics it scrapes over the WAN. Empty: a
+	// router in every region, meeting in the mesh.
+	Router string
+	// ClientTimeout is how long every client waits for its first token
+	// before it gives up (the request then counts as dropped, and is
+	// withdrawn wherever it is); the same for every policy. Default the
+	// balancer's MaxWait.
+	ClientTimeout time.Duration
 
 	// Control is the control plane's timing and the WAN gate's thresholds:
 	// zero fields take region.DefaultControlPlane's values, exactly the
 	// proxy's and the mesh's defaults.
 	Control region.ControlPlane
 
-	SLO    time.Duration // TTFT objective
+	SLO    results.SLO // TTFT objective
 	Faults []Fault
 	Seed   uint64
 
@@ -78,6 +90,15 @@ type Config struct {
 	// Drain bounds how long after the last arrival the run continues; 0
 	// means until every request is done.
 	Drain time.Duration
+	// StopAfterMisses, if positive, ends the run once more requests than
+	// this have missed the SLO (dropped, or answered late): a search for
+	// the smallest reservation that meets a target needs no more than
+	// "it does not". The result then has Stopped set.
+	StopAfterMisses int
+	// ClientRTT is the round trip between a client and its own region's
+	// router (GORGO measured ~37 ms on the public internet); zero by
+	// default.
+	ClientRTT time.Duration
 }
 
 func (c *Config) withDefaults() error {
@@ -112,6 +133,12 @@ func (c *Config) withDefaults() error {
 	}
 	if c.Retries <= 0 {
 		c.Retries = region.DefaultRetries
+	}
+	if c.ClientTimeout <= 0 {
+		c.ClientTimeout = c.Balancer.MaxWait
+		if c.ClientTimeout <= 0 {
+			c.ClientTimeout = balancer.DefaultConfig().MaxWait
+		}
 	}
 	if c.Control.MaxWANRTT <= 0 {
 		c.Control.MaxWANRTT = c.PolicyConfig.Skywalker.MaxWANRTT // one threshold for the gate and the rule, as in the proxy

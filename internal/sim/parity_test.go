@@ -79,7 +79,7 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	us := w.regions[0]
+	us := w.routers[0]
 	now := func() time.Time { return w.clock(w.now) }
 
 	// The proxy's driver, with the same replicas (named as the simulator
@@ -131,16 +131,16 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	table.ObserveLoad("eu-west", 7, euLoad, now())
 	table.ObserveLoad("ap-east", 2, apLoad, now())
 	table.ObserveDigest("eu-west", peerDigest, now())
-	mustHandle(t, w, event{kind: evLoadArrive, region: 0, replica: 1, payload: loadMsg{seq: 7, load: euLoad}})
-	mustHandle(t, w, event{kind: evLoadArrive, region: 0, replica: 2, payload: loadMsg{seq: 2, load: apLoad}})
-	mustHandle(t, w, event{kind: evDigestArrive, region: 0, replica: 1, payload: peerDigest})
+	mustHandle(t, w, event{kind: evLoadArrive, router: 0, replica: 1, payload: loadMsg{seq: 7, load: euLoad}})
+	mustHandle(t, w, event{kind: evLoadArrive, router: 0, replica: 2, payload: loadMsg{seq: 2, load: apLoad}})
+	mustHandle(t, w, event{kind: evDigestArrive, router: 0, replica: 1, payload: peerDigest})
 	for i := range 5 {
 		step(20 * time.Millisecond)
 		table.ObserveProbe("eu-west", 72*time.Millisecond+time.Duration(i)*time.Millisecond, true, now())
-		mustHandle(t, w, event{kind: evProbeResult, region: 0, payload: probeResult{peer: "eu-west", rtt: 72*time.Millisecond + time.Duration(i)*time.Millisecond, ok: true}})
+		mustHandle(t, w, event{kind: evProbeResult, router: 0, payload: probeResult{peer: "eu-west", rtt: 72*time.Millisecond + time.Duration(i)*time.Millisecond, ok: true}})
 		if i < 2 {
 			table.ObserveProbe("ap-east", 160*time.Millisecond, true, now())
-			mustHandle(t, w, event{kind: evProbeResult, region: 0, payload: probeResult{peer: "ap-east", rtt: 160 * time.Millisecond, ok: true}})
+			mustHandle(t, w, event{kind: evProbeResult, router: 0, payload: probeResult{peer: "ap-east", rtt: 160 * time.Millisecond, ok: true}})
 		}
 	}
 
@@ -156,11 +156,11 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		router.Pump()
 	}
 	scrapeProxy()
-	mustHandle(t, w, event{kind: evScrape, region: 0})
+	mustHandle(t, w, event{kind: evScrape, router: 0})
 	for i := range replicas {
 		router.ObserveHealth(fmt.Sprintf("us-east-%d", i), true)
 	}
-	mustHandle(t, w, event{kind: evHealth, region: 0})
+	mustHandle(t, w, event{kind: evHealth, router: 0})
 
 	probes := []*request.Request{
 		probe("short, nothing cached", 2, ""),
@@ -196,6 +196,7 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	// Arrivals: each side routes the same requests its own way; what the
 	// proxy dispatches reaches its engine as the HTTP request would.
 	var dispatched []*simRequest
+	proxyReqs := map[string]*request.Request{}
 	for i, req := range probes {
 		if req.Residency == "ap" {
 			continue // would be held: nothing to deliver
@@ -206,11 +207,12 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		pd, err := router.Route(ctx, &preq)
 		cancel()
+		proxyReqs[preq.ID] = &preq
 		if err != nil {
 			t.Fatalf("proxy: %s was not routed: %v", req.ID, err)
 		}
-		sr := &simRequest{req: &sreq, ingress: 0, served: -1, forwardedTo: -1, arrival: w.now, firstToken: -1}
-		mustHandle(t, w, event{kind: evArrival, region: 0, req: sr})
+		sr := &simRequest{req: &sreq, client: 0, ingress: 0, at: -1, forwardedTo: -1, arrival: w.now, firstToken: -1}
+		mustHandle(t, w, event{kind: evArrival, router: 0, req: sr})
 		proxyTarget, simTarget := "forward to "+peerName(pd.Peer), "forward to "+regionName(w, sr.forwardedTo)
 		if pd.Replica != nil {
 			proxyTarget = "dispatch to " + pd.Replica.Name()
@@ -233,14 +235,14 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	}
 	compare("after the arrivals")
 	scrapeProxy()
-	mustHandle(t, w, event{kind: evScrape, region: 0})
+	mustHandle(t, w, event{kind: evScrape, router: 0})
 	compare("after the arrivals were scraped")
 
 	// Completions: the proxy measures service from send to last byte, the
 	// simulator from dispatch to the engine's finish.
 	step(1200 * time.Millisecond)
 	for _, sr := range dispatched {
-		router.Done(sr.replica.name, w.now-sr.dispatched, proxy.Served)
+		router.Done(proxyReqs[sr.req.ID], w.now-sr.dispatched, region.Served)
 		sr.firstToken = w.now
 		sink{r: us, rp: sr.replica}.Finished(&engine.Sequence{ID: sr.req.ID, PromptTokens: sr.req.PromptTokens, Generated: 2, Data: sr}, now())
 	}
@@ -261,7 +263,7 @@ func regionName(w *world, i int) string {
 	if i < 0 {
 		return "nowhere"
 	}
-	return w.regions[i].spec.Name
+	return w.routers[i].name
 }
 
 func replicaIndex(name string) int {
@@ -293,3 +295,75 @@ func copyView(v *policy.View) policy.View {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestProxyAndSimulatorScrapeEnginesAlike: engines in every kind of state —
+// idle, running, with an engine queue, with a nearly full KV cache — are
+// observed by the proxy's scrape of /metrics and by the simulator's read
+// of the model; the replicas the policy then sees must be identical. (The
+// whole-region test above has no engine queue.)
+func TestProxyAndSimulatorScrapeEnginesAlike(t *testing.T) {
+	prof, _ := engine.LookupProfile("llama3-8b-l4")
+	states := []struct {
+		name       string
+		cfg        engine.Config
+		seqs, toks int
+	}{
+		{"idle", engine.Config{Profile: prof}, 0, 0},
+		{"running", engine.Config{Profile: prof}, 3, 900},
+		{"with an engine queue", engine.Config{Profile: prof, MaxNumSeqs: 2}, 5, 500},
+		{"a nearly full KV cache", engine.Config{Profile: prof, KVBlocks: 300}, 4, 1100},
+	}
+	for _, st := range states {
+		t.Run(st.name, func(t *testing.T) {
+			at := epoch
+			fill := func(e *engine.Engine) {
+				for j := range st.seqs {
+					_ = e.Add(&engine.Sequence{ID: fmt.Sprint(j), PromptTokens: st.toks, MaxTokens: 64, Arrival: at})
+				}
+				if d, ok := e.BeginStep(at); ok {
+					e.EndStep(at.Add(d), nopSink{})
+				}
+			}
+			model := engine.New(st.cfg)
+			fill(model)
+			srv, err := server.New(server.Config{Model: "m", Engine: st.cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv.Engine(fill)
+
+			pcfg := proxy.DefaultConfig()
+			pcfg.Region, pcfg.NodeID, pcfg.WorkerPool = "us-east", "us-east", []string{"http://r0"}
+			pol, _ := policy.New("skywalker", pcfg.PolicyConfig())
+			router, err := proxy.NewRouter(pcfg, proxy.RouterOptions{Policy: pol, Clock: func() time.Time { return at }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			u, _ := url.Parse("http://r0")
+			if err := router.SetReplicas([]*url.URL{u}); err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			router.ObserveScrape("r0", rec.Code, rec.Body)
+
+			core, err := region.New(pcfg.RegionConfig(), pol, func(region.Delivery) {})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := core.SetReplicas(region.Specs("r0")); err != nil {
+				t.Fatal(err)
+			}
+			core.Scraped(core.Replica("r0"), EngineMetrics(model))
+
+			req := probe("a request", 4, "")
+			pv, sv := router.View(req), copyView(core.View(req))
+			if !reflect.DeepEqual(pv.Local.Replicas, sv.Local.Replicas) {
+				t.Errorf("replica views differ\nproxy %+v\nsim   %+v", pv.Local.Replicas, sv.Local.Replicas)
+			}
+			if st.name == "with an engine queue" && pv.Local.Replicas[0].Waiting == 0 {
+				t.Error("the engine queue is not in the view: the test checks nothing")
+			}
+		})
+	}
+}

@@ -10,18 +10,24 @@ import (
 // collector, and what only the simulator knows (engine utilization,
 // preemptions, events, time series).
 func (w *world) result() *results.Result {
-	res := w.collect.Result(w.cfg.Policy)
-	res.Events, res.Series = w.events, &w.series.Series
+	label := w.cfg.Policy
+	if w.cfg.Router != "" {
+		label += "@" + w.cfg.Router
+	}
+	res := w.collect.Result(label)
+	res.Events, res.Series, res.Stopped = w.events, &w.series.Series, w.stopped
 	res.Utilization, res.ReplicaCounts = map[string]float64{}, map[string]int{}
-	for _, r := range w.regions {
-		res.RegionOrder = append(res.RegionOrder, r.spec.Name)
-		res.ReplicaCounts[r.spec.Name] = len(r.replicas)
-		res.Preemptions += r.preemptions
+	for i, spec := range w.cfg.Regions {
+		res.RegionOrder = append(res.RegionOrder, spec.Name)
+		res.ReplicaCounts[spec.Name] = spec.Replicas
+		res.Preemptions += w.sitePreemptions[i]
+		if res.Makespan > 0 {
+			res.Utilization[spec.Name] = results.Round(w.siteBusy[i].Seconds()/(res.Makespan*float64(spec.Replicas)), 4)
+		}
+	}
+	for _, r := range w.routers {
 		for _, rp := range r.replicas {
 			res.Preemptions += rp.eng.Stats().Preemptions
-		}
-		if res.Makespan > 0 {
-			res.Utilization[r.spec.Name] = results.Round(r.busy.Seconds()/(res.Makespan*float64(len(r.replicas))), 4)
 		}
 	}
 	return res

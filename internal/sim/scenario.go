@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"skywalker/internal/results"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -25,6 +26,8 @@ type Scenario struct {
 	Regions     []ScenarioRegion `yaml:"regions"`
 	RTT         []ScenarioLink   `yaml:"rtt"`
 	JitterMs    float64          `yaml:"rtt_jitter_ms"`
+	// ClientRTTMs is a client's round trip to its own region's router.
+	ClientRTTMs float64          `yaml:"client_rtt_ms"`
 	SLO         ScenarioSLO      `yaml:"slo"`
 	Policies    []string         `yaml:"policies"`
 	Balancer    ScenarioBalancer `yaml:"balancer"`
@@ -59,6 +62,14 @@ type ScenarioLink struct {
 // ScenarioSLO is the latency objective.
 type ScenarioSLO struct {
 	TTFT time.Duration `yaml:"ttft"`
+	// TTFTPer1kTokens adds this much to the objective per thousand prompt
+	// tokens (for traces of long prompts; see results.SLO).
+	TTFTPer1kTokens time.Duration `yaml:"ttft_per_1k_tokens"`
+}
+
+// Objective is the scenario's SLO as results judge it.
+func (s ScenarioSLO) Objective() results.SLO {
+	return results.SLO{TTFT: s.TTFT, PerKTokens: s.TTFTPer1kTokens}
 }
 
 // ScenarioBalancer tunes every region's balancer queue.
@@ -179,7 +190,9 @@ func (s *Scenario) validate() error {
 		check(l.Ms >= 0 && l.Ms < 10_000, "rtt[%d].ms must be in [0, 10000)", i)
 	}
 	check(s.JitterMs >= 0 && s.JitterMs < 1000, "rtt_jitter_ms must be in [0, 1000)")
+	check(s.ClientRTTMs >= 0 && s.ClientRTTMs < 10_000, "client_rtt_ms must be in [0, 10000)")
 	check(s.SLO.TTFT > 0, "slo.ttft must be positive")
+	check(s.SLO.TTFTPer1kTokens >= 0, "slo.ttft_per_1k_tokens must not be negative")
 	check(s.PlanCapacity >= 0, "plan_capacity must not be negative")
 	for i, p := range s.Policies {
 		if _, err := policy.New(p, policy.DefaultConfig()); err != nil {
@@ -239,15 +252,21 @@ func (s *Scenario) PolicyNames() []string {
 // Build returns the simulation config (without a policy) and the workload
 // for the scenario. trace overrides the scenario's trace file when set.
 func (s *Scenario) Build(trace string) (Config, *Workload, error) {
-	cfg := Config{Seed: s.Seed, SLO: s.SLO.TTFT, Jitter: time.Duration(s.JitterMs * float64(time.Millisecond)),
+	cfg := Config{Seed: s.Seed, SLO: s.SLO.Objective(), Jitter: time.Duration(s.JitterMs * float64(time.Millisecond)),
+		ClientRTT:   time.Duration(s.ClientRTTMs * float64(time.Millisecond)),
 		Balancer:    balancer.Config{MaxQueue: s.Balancer.MaxQueue, MaxWait: s.Balancer.MaxWait},
 		MaxInFlight: s.Balancer.MaxInFlight, Control: region.ControlPlane{LoadInterval: s.Control.LoadInterval,
 			DigestInterval: s.Control.DigestInterval, ScrapeInterval: s.Control.Scrape, ProbeInterval: s.Control.ProbeInterval,
 			MaxWANRTT: s.Control.MaxWANRTT}}
-	pc := policy.DefaultConfig()
-	if s.Control.MaxWANRTT > 0 {
-		pc.Skywalker.MaxWANRTT = s.Control.MaxWANRTT
+	first, err := engine.LookupProfile(s.Regions[0].Profile)
+	if err != nil {
+		return Config{}, nil, err
 	}
+	maxWAN := region.DefaultControlPlane().MaxWANRTT
+	if s.Control.MaxWANRTT > 0 {
+		maxWAN = s.Control.MaxWANRTT
+	}
+	pc := first.PolicyConfig(maxWAN)
 	cfg.PolicyConfig = &pc
 	idx := map[string]int{}
 	var loads []workload.RegionLoad
@@ -333,7 +352,7 @@ func (s *Scenario) workload(loads []workload.RegionLoad, trace string) (*Workloa
 		if bt == 0 {
 			bt = workload.MooncakeBlockTokens
 		}
-		r := workload.Replay{Records: recs, Regions: loads, BlockTokens: bt, Assign: w.Assign, Speedup: w.Speedup}
+		r := workload.Replay{Records: recs, Regions: loads, BlockTokens: bt, Assign: w.Assign, Speedup: w.Speedup, AssignSeed: s.Seed}
 		speed := math.Max(w.Speedup, 1)
 		if w.Speedup > 0 {
 			speed = w.Speedup

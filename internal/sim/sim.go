@@ -9,6 +9,7 @@ import (
 	"skywalker/internal/digest"
 	"skywalker/internal/engine"
 	"skywalker/internal/mesh"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 	"skywalker/internal/results"
 	"skywalker/internal/workload"
@@ -17,26 +18,32 @@ import (
 // epoch is virtual time zero.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// world is one run's state.
+// world is one run's state. Sites are the regions, where engines run and
+// clients are; routers are the balancers, one per site or one for all.
 type world struct {
-	cfg         Config
-	now         time.Duration
-	q           eventQueue
-	rng         *rand.Rand
-	src         workload.Source
-	srcDone     bool
-	regions     []*simRegion
-	byName      map[string]int
-	baseRTT     [][]time.Duration
-	rtt         [][]time.Duration
-	loss        [][]float64
-	blockTokens int
-	live        map[*request.Request]*simRequest
-	outstanding int
-	lastArrival time.Duration
-	events      int64
-	collect     *results.Collector
-	series      *series
+	cfg             Config
+	now             time.Duration
+	q               eventQueue
+	rng             *rand.Rand
+	src             workload.Source
+	srcDone         bool
+	siteAt          map[string]int // site name → index in cfg.Regions
+	routers         []*router
+	routerAt        map[string]int // router name (its site's) → index
+	ingress         []int          // site → the router its clients send to
+	baseRTT         [][]time.Duration
+	rtt             [][]time.Duration
+	loss            [][]float64
+	blockTokens     int
+	live            map[*request.Request]*simRequest
+	outstanding     int
+	lastArrival     time.Duration
+	events          int64
+	collect         *results.Collector
+	series          *series
+	siteBusy        []time.Duration
+	sitePreemptions []int64 // of engines lost to crashes
+	stopped         bool    // ended early: StopAfterMisses
 }
 
 // Run simulates cfg over the arrivals of src and returns the result. span
@@ -56,51 +63,46 @@ func Run(cfg Config, src workload.Source, span time.Duration, blockTokens int) (
 	return w.result(), nil
 }
 
-// newWorld builds the regions and schedules the periodic work and faults.
+// newWorld builds the routers and schedules the periodic work and faults.
 func newWorld(cfg Config, src workload.Source, span time.Duration, blockTokens int) (*world, error) {
 	if err := cfg.withDefaults(); err != nil {
 		return nil, err
 	}
-	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51a)), src: src, byName: map[string]int{},
-		blockTokens: blockTokens, live: map[*request.Request]*simRequest{}, collect: results.NewCollector(cfg.SLO)}
+	n := len(cfg.Regions)
+	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51a)), src: src, siteAt: map[string]int{},
+		routerAt: map[string]int{}, ingress: make([]int, n), blockTokens: blockTokens, live: map[*request.Request]*simRequest{},
+		collect: results.NewCollector(cfg.SLO), siteBusy: make([]time.Duration, n), sitePreemptions: make([]int64, n)}
 	bucket := cfg.Bucket
 	if bucket <= 0 {
 		bucket = max(span/96, time.Second)
 	}
-	w.series = newSeries(len(cfg.Regions), bucket)
+	w.series = newSeries(n, bucket)
 	w.baseRTT = cfg.RTT
-	w.rtt = make([][]time.Duration, len(cfg.RTT))
-	w.loss = make([][]float64, len(cfg.RTT))
+	w.rtt = make([][]time.Duration, n)
+	w.loss = make([][]float64, n)
 	for i := range cfg.RTT {
 		w.rtt[i] = append([]time.Duration(nil), cfg.RTT[i]...)
-		w.loss[i] = make([]float64, len(cfg.RTT))
+		w.loss[i] = make([]float64, n)
 	}
 	for i, spec := range cfg.Regions {
-		if _, dup := w.byName[spec.Name]; dup {
+		if _, dup := w.siteAt[spec.Name]; dup {
 			return nil, fmt.Errorf("sim: region %s listed twice", spec.Name)
 		}
-		w.byName[spec.Name] = i
-		r, err := newSimRegion(w, i, spec)
-		if err != nil {
-			return nil, fmt.Errorf("sim: region %s: %w", spec.Name, err)
-		}
-		w.regions = append(w.regions, r)
+		w.siteAt[spec.Name] = i
 	}
-	// Every region has joined the mesh: its peers are members from the
-	// start, with no load data and no RTT samples yet.
-	for _, r := range w.regions {
-		for _, p := range w.regions {
-			if p != r {
-				r.table.Join(p.spec.Name, mesh.Meta{Region: p.spec.Name, Jurisdiction: p.spec.Jurisdiction})
-			}
-		}
+	if err := w.buildRouters(); err != nil {
+		return nil, err
 	}
 	cp := cfg.Control
-	for i := range w.regions {
-		// Stagger the periodic work so regions do not move in lockstep.
-		offset := time.Duration(i) * cp.ScrapeInterval / time.Duration(len(w.regions))
-		for _, kind := range []eventKind{evScrape, evHealth, evPump, evLoadCheck, evDigestPublish, evProbe} {
-			w.push(event{at: offset, kind: kind, region: int32(i)})
+	for i := range w.routers {
+		// Stagger the periodic work so routers do not move in lockstep.
+		offset := time.Duration(i) * cp.ScrapeInterval / time.Duration(len(w.routers))
+		kinds := []eventKind{evScrape, evHealth, evPump}
+		if len(w.routers) > 1 {
+			kinds = append(kinds, evLoadCheck, evDigestPublish, evProbe)
+		}
+		for _, kind := range kinds {
+			w.push(event{at: offset, kind: kind, router: int32(i)})
 		}
 	}
 	for i, f := range cfg.Faults {
@@ -113,17 +115,73 @@ func newWorld(cfg Config, src workload.Source, span time.Duration, blockTokens i
 	return w, nil
 }
 
+// buildRouters places the balancers: one per region, each in front of its
+// own replicas and meeting the others in the mesh; or, with Config.Router,
+// one router in that region in front of every region's replicas, which
+// every client reaches across the WAN.
+func (w *world) buildRouters() error {
+	var all []int
+	for i := range w.cfg.Regions {
+		all = append(all, i)
+	}
+	if w.cfg.Router != "" {
+		site, ok := w.siteAt[w.cfg.Router]
+		if !ok {
+			return fmt.Errorf("sim: the router's region %q is not a listed region", w.cfg.Router)
+		}
+		r, err := newRouter(w, 0, site, all)
+		if err != nil {
+			return fmt.Errorf("sim: router in %s: %w", w.cfg.Router, err)
+		}
+		w.routers, w.routerAt[r.name] = []*router{r}, 0
+		return nil
+	}
+	for site := range all {
+		r, err := newRouter(w, site, site, []int{site})
+		if err != nil {
+			return fmt.Errorf("sim: region %s: %w", w.cfg.Regions[site].Name, err)
+		}
+		w.routers = append(w.routers, r)
+		w.routerAt[r.name] = site
+		w.ingress[site] = site
+	}
+	// Every router has joined the mesh: its peers are members from the
+	// start, with no load data and no RTT samples yet.
+	for _, r := range w.routers {
+		for _, p := range w.routers {
+			if p != r {
+				spec := w.cfg.Regions[p.site]
+				r.table.Join(p.name, mesh.Meta{Region: spec.Name, Jurisdiction: spec.Jurisdiction})
+			}
+		}
+	}
+	return nil
+}
+
 func (w *world) clock(d time.Duration) time.Time { return epoch.Add(d) }
 
 func (w *world) push(e event) { w.q.push(e) }
 
-// oneWay is the delay of one crossing from region a to b, with jitter.
+// oneWay is the delay of one crossing from site a to b, with jitter; zero
+// inside a site.
 func (w *world) oneWay(a, b int) time.Duration {
+	if a == b {
+		return 0
+	}
 	d := w.rtt[a][b] / 2
 	if w.cfg.Jitter > 0 {
 		d += time.Duration(w.rng.Int64N(int64(w.cfg.Jitter) + 1))
 	}
 	return d
+}
+
+// clientWay is one crossing between a client at site c and a router at
+// site r: the WAN between regions, ClientRTT/2 inside one.
+func (w *world) clientWay(c, r int) time.Duration {
+	if c == r {
+		return w.cfg.ClientRTT / 2
+	}
+	return w.oneWay(c, r)
 }
 
 // lost reports whether the link from a to b loses one packet now.
@@ -138,18 +196,19 @@ func (w *world) pullArrival() error {
 		w.srcDone = true
 		return nil
 	}
-	idx, ok := w.byName[a.Region]
+	site, ok := w.siteAt[a.Region]
 	if !ok {
 		return fmt.Errorf("sim: arrival %s at unknown region %q", a.Request.ID, a.Region)
 	}
-	sr := &simRequest{req: a.Request, ingress: idx, served: -1, forwardedTo: -1, arrival: a.At, firstToken: -1}
-	w.push(event{at: a.At, kind: evArrival, region: int32(idx), req: sr})
+	in := w.ingress[site]
+	sr := &simRequest{req: a.Request, client: site, ingress: in, at: -1, forwardedTo: -1, arrival: a.At, firstToken: -1}
+	w.push(event{at: a.At, kind: evArrival, router: int32(in), req: sr})
 	return nil
 }
 
-// every reschedules a periodic event of region r.
+// every reschedules a periodic event of router r.
 func (w *world) every(kind eventKind, r int32, interval time.Duration) {
-	w.push(event{at: w.now + interval, kind: kind, region: r})
+	w.push(event{at: w.now + interval, kind: kind, router: r})
 }
 
 func (w *world) loop() error {
@@ -166,6 +225,10 @@ func (w *world) loop() error {
 		if err := w.handle(e); err != nil {
 			return err
 		}
+		if limit := w.cfg.StopAfterMisses; limit > 0 && w.collect.Misses() > limit {
+			w.stopped = true
+			return nil
+		}
 	}
 	// Whatever is still outstanding when the run stops is counted, not hidden.
 	for _, sr := range w.live {
@@ -177,50 +240,67 @@ func (w *world) loop() error {
 // handle runs one event at w.now.
 func (w *world) handle(e event) error {
 	cp := w.cfg.Control
-	var r *simRegion
-	if int(e.region) < len(w.regions) {
-		r = w.regions[e.region]
+	var r *router
+	if int(e.router) < len(w.routers) {
+		r = w.routers[e.router]
 	}
 	switch e.kind {
 	case evArrival:
 		w.lastArrival = w.now
-		w.arrive(e.req, r)
+		w.arrive(e.req)
 		return w.pullArrival()
+	case evReachRouter:
+		if !e.req.gone {
+			r.submit(e.req)
+		}
 	case evForwardArrive:
-		e.req.req.Forwarded = true
-		r.core.Submit(r.now(), e.req.req)
-		r.scheduleExpire()
+		if !e.req.gone {
+			e.req.req.Forwarded = true
+			r.submit(e.req)
+		}
 	case evForwardFailed:
 		w.forwardFailed(e.req, r, e.payload.(*apierr.Error))
 	case evForwardDone:
 		r.core.ForwardDone(e.payload.(string))
+	case evDispatchArrive:
+		r.reachEngine(e.req)
 	case evRefused:
 		r.failedBeforeFirstByte(e.req)
 	case evStepEnd:
 		r.stepEnd(int(e.replica), e.epoch)
+	case evEndNotice:
+		r.core.End(e.req.req, region.Served, e.payload.(time.Duration))
+		r.core.PumpDepth(r.now(), 1)
+		r.scheduleExpire()
+	case evFirstNotice:
+		r.core.FirstToken(e.req.req)
+	case evClientTimeout:
+		w.giveUp(e.req)
 	case evScrape:
 		r.scrape()
-		w.every(evScrape, e.region, cp.ScrapeInterval)
+		w.every(evScrape, e.router, cp.ScrapeInterval)
+	case evScrapeResult:
+		r.core.Scraped(r.replicas[e.replica].handle, e.payload.(region.Metrics))
 	case evHealth:
 		r.healthCheck()
-		w.every(evHealth, e.region, cp.HealthInterval)
+		w.every(evHealth, e.router, cp.HealthInterval)
 	case evPump:
 		r.pump()
-		w.every(evPump, e.region, cp.PumpInterval)
+		w.every(evPump, e.router, cp.PumpInterval)
 	case evLoadCheck:
 		r.checkLoad()
-		w.every(evLoadCheck, e.region, cp.LoadCheck)
+		w.every(evLoadCheck, e.router, cp.LoadCheck)
 	case evLoadArrive:
 		msg := e.payload.(loadMsg)
-		r.table.ObserveLoad(w.regions[e.replica].spec.Name, msg.seq, msg.load, r.now())
+		r.table.ObserveLoad(w.routers[e.replica].name, msg.seq, msg.load, r.now())
 	case evDigestPublish:
 		r.publishDigest()
-		w.every(evDigestPublish, e.region, cp.DigestInterval)
+		w.every(evDigestPublish, e.router, cp.DigestInterval)
 	case evDigestArrive:
-		r.table.ObserveDigest(w.regions[e.replica].spec.Name, e.payload.(*digest.Digest), r.now())
+		r.table.ObserveDigest(w.routers[e.replica].name, e.payload.(*digest.Digest), r.now())
 	case evProbe:
 		r.probe()
-		w.every(evProbe, e.region, cp.ProbeInterval)
+		w.every(evProbe, e.router, cp.ProbeInterval)
 	case evProbeResult:
 		p := e.payload.(probeResult)
 		r.table.ObserveProbe(p.peer, p.rtt, p.ok, r.now())
@@ -238,35 +318,48 @@ func (w *world) handle(e event) error {
 	return nil
 }
 
-func (w *world) arrive(sr *simRequest, r *simRegion) {
+// arrive is a client sending a request: it reaches its router one link
+// delay later (at once for a router in its own region), and its client
+// gives up after ClientTimeout without a first token.
+func (w *world) arrive(sr *simRequest) {
 	w.live[sr.req] = sr
 	w.outstanding++
 	sr.req.Arrival = w.clock(w.now)
-	w.series.arrival(r.idx, w.now)
-	r.core.Submit(r.now(), sr.req)
-	r.scheduleExpire()
+	w.series.arrival(sr.client, w.now)
+	w.push(event{at: w.now + w.cfg.ClientTimeout, kind: evClientTimeout, req: sr})
+	r := w.routers[sr.ingress]
+	if d := w.clientWay(sr.client, r.site); d > 0 {
+		w.push(event{at: w.now + d, kind: evReachRouter, router: int32(r.idx), req: sr})
+		return
+	}
+	r.submit(sr)
 }
 
-// forward sends a request across the WAN; it arrives one link delay later.
-func (w *world) forward(sr *simRequest, from, to int) {
-	w.series.forward(from, w.now)
-	w.push(event{at: w.now + w.oneWay(from, to), kind: evForwardArrive, region: int32(to), req: sr})
+// forward sends a request across the WAN to a peer router.
+func (w *world) forward(sr *simRequest, from, to *router) {
+	w.series.forward(from.site, w.now)
+	w.push(event{at: w.now + w.oneWay(from.site, to.site), kind: evForwardArrive, router: int32(to.idx), req: sr})
 }
 
-// rejected ends a request the balancer of region at refused. A request
+// rejected ends a request the balancer of router at refused. A request
 // forwarded in goes back to its ingress, which retries a 5xx locally (as
 // the proxy retries a failed forward) or passes the error on.
 func (w *world) rejected(sr *simRequest, at int, err *apierr.Error) {
 	if at != sr.ingress && sr.forwardedTo == at {
-		w.push(event{at: w.now + w.oneWay(at, sr.ingress), kind: evForwardFailed, region: int32(sr.ingress), req: sr, payload: err})
+		sr.at = -1
+		w.push(event{at: w.now + w.oneWay(w.routers[at].site, w.routers[sr.ingress].site), kind: evForwardFailed,
+			router: int32(sr.ingress), req: sr, payload: err})
 		return
 	}
 	w.drop(sr, string(err.Code))
 }
 
 // forwardFailed handles a peer's refusal at the ingress r.
-func (w *world) forwardFailed(sr *simRequest, r *simRegion, err *apierr.Error) {
-	r.core.ForwardDone(w.regions[sr.forwardedTo].spec.Name)
+func (w *world) forwardFailed(sr *simRequest, r *router, err *apierr.Error) {
+	if sr.gone {
+		return // its client gave up; the forward was closed then
+	}
+	r.core.ForwardDone(w.routers[sr.forwardedTo].name)
 	sr.forwardedTo = -1
 	if err.Status() < 500 || sr.retries >= w.cfg.Retries {
 		w.drop(sr, string(err.Code))
@@ -274,22 +367,44 @@ func (w *world) forwardFailed(sr *simRequest, r *simRegion, err *apierr.Error) {
 	}
 	sr.retries++
 	sr.req.Forwarded = true // the peer failed: serve it here
-	r.core.Submit(r.now(), sr.req)
-	r.scheduleExpire()
+	r.submit(sr)
 }
 
-// finish records a completed request. The client sees the first token and
-// the end one link delay later if another region served it, and the
-// ingress's forward ends then.
-func (w *world) finish(sr *simRequest, s *engine.Sequence) {
-	back := time.Duration(0)
-	if sr.served != sr.ingress {
-		back = w.oneWay(sr.served, sr.ingress)
+// giveUp is a client that waited ClientTimeout without a first token: it
+// closes the connection, and the request is withdrawn wherever it is, as
+// the proxy withdraws a request whose client left.
+func (w *world) giveUp(sr *simRequest) {
+	if sr.gone || sr.firstToken >= 0 {
+		return
 	}
+	switch {
+	case sr.seq != nil:
+		rp := sr.replica
+		rp.eng.Abort(sr.seq)
+		rp.router.endOn(rp, sr, region.Released, 0)
+	case sr.replica != nil:
+		// On its way to a replica: released when it gets there (gone).
+	case sr.at >= 0:
+		w.routers[sr.at].core.Cancel(sr.req)
+	}
+	w.drop(sr, "client_timeout")
+}
+
+// finish records a completed request on rp. The client sees the first
+// token and the end after the crossings back: replica to its router, that
+// router to the ingress (a forwarded request), the ingress to the client.
+func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
+	r := rp.router
+	back := w.oneWay(rp.site, r.site)
 	if sr.forwardedTo >= 0 {
-		w.push(event{at: w.now + back, kind: evForwardDone, region: int32(sr.ingress), payload: w.regions[sr.forwardedTo].spec.Name})
+		in := w.routers[sr.ingress]
+		back += w.oneWay(r.site, in.site)
+		w.push(event{at: w.now + back, kind: evForwardDone, router: int32(sr.ingress), payload: r.name})
+		sr.forwardedTo = -1
 	}
+	back += w.clientWay(w.routers[sr.ingress].site, sr.client)
 	smp := w.sample(sr, "")
+	smp.Served = w.cfg.Regions[rp.site].Name
 	smp.TTFT = sr.firstToken + back - sr.arrival
 	smp.End = w.now + back
 	smp.OutputTokens, smp.CachedTokens = s.Generated, s.CachedTokens
@@ -300,10 +415,9 @@ func (w *world) finish(sr *simRequest, s *engine.Sequence) {
 // sample is what the client of sr saw, for a request that ended with
 // reason (or completed, when reason is empty).
 func (w *world) sample(sr *simRequest, reason string) results.Sample {
-	s := results.Sample{Ingress: w.regions[sr.ingress].spec.Name, Start: sr.arrival, PromptTokens: sr.req.PromptTokens,
+	s := results.Sample{Ingress: w.cfg.Regions[sr.client].Name, Start: sr.arrival, PromptTokens: sr.req.PromptTokens,
 		Retried: sr.retries > 0, Dropped: reason}
 	if reason == "" {
-		s.Served = w.regions[sr.served].spec.Name
 		s.Held = sr.dispatched - sr.arrival
 	}
 	return s
@@ -311,14 +425,19 @@ func (w *world) sample(sr *simRequest, reason string) results.Sample {
 
 // settle forgets a request that completed or was dropped.
 func (w *world) settle(sr *simRequest) {
+	sr.gone = true
 	delete(w.live, sr.req)
 	w.outstanding--
 }
 
 func (w *world) drop(sr *simRequest, reason string) {
+	if sr.gone {
+		return
+	}
 	if sr.forwardedTo >= 0 {
 		// Whatever ends a forwarded request ends the ingress's forward.
-		w.push(event{at: w.now, kind: evForwardDone, region: int32(sr.ingress), payload: w.regions[sr.forwardedTo].spec.Name})
+		w.routers[sr.ingress].core.ForwardDone(w.routers[sr.forwardedTo].name)
+		sr.forwardedTo = -1
 	}
 	w.collect.Add(w.sample(sr, reason))
 	w.settle(sr)
@@ -330,16 +449,16 @@ func (w *world) checkFault(f Fault) error {
 	}
 	switch f.Kind {
 	case ReplicaCrash, RegionOutage:
-		i, ok := w.byName[f.Region]
+		i, ok := w.siteAt[f.Region]
 		if !ok {
 			return fmt.Errorf("%s: unknown region %q", f.Kind, f.Region)
 		}
-		if f.Kind == ReplicaCrash && (f.Replica < 0 || f.Replica >= len(w.regions[i].replicas)) {
+		if f.Kind == ReplicaCrash && (f.Replica < 0 || f.Replica >= w.cfg.Regions[i].Replicas) {
 			return fmt.Errorf("%s: region %s has no replica %d", f.Kind, f.Region, f.Replica)
 		}
 	case RTTSpike, LinkLoss:
-		_, okA := w.byName[f.A]
-		_, okB := w.byName[f.B]
+		_, okA := w.siteAt[f.A]
+		_, okB := w.siteAt[f.B]
 		if !okA || !okB || f.A == f.B {
 			return fmt.Errorf("%s needs two different known regions", f.Kind)
 		}
@@ -355,29 +474,39 @@ func (w *world) checkFault(f Fault) error {
 	return nil
 }
 
+// replicasOf lists the engines at the fault's region (one, for a crash).
+func (w *world) replicasOf(f Fault) []*replica {
+	site := w.siteAt[f.Region]
+	var out []*replica
+	for _, r := range w.routers {
+		for _, rp := range r.replicas {
+			if rp.site == site && (f.Kind == RegionOutage || rp.name == f.Region+"-"+fmt.Sprint(f.Replica)) {
+				out = append(out, rp)
+			}
+		}
+	}
+	return out
+}
+
 func (w *world) fault(f Fault, start bool) {
 	switch f.Kind {
 	case ReplicaCrash, RegionOutage:
-		r := w.regions[w.byName[f.Region]]
-		for i := range r.replicas {
-			if f.Kind == ReplicaCrash && i != f.Replica {
-				continue
-			}
+		for _, rp := range w.replicasOf(f) {
 			if start {
-				r.crash(i)
+				rp.router.crash(rp)
 			} else {
-				r.recover(i)
+				rp.router.recover(rp)
 			}
 		}
 	case RTTSpike:
-		a, b := w.byName[f.A], w.byName[f.B]
+		a, b := w.siteAt[f.A], w.siteAt[f.B]
 		rtt := w.baseRTT[a][b]
 		if start {
 			rtt = f.RTT
 		}
 		w.rtt[a][b], w.rtt[b][a] = rtt, rtt
 	case LinkLoss:
-		a, b := w.byName[f.A], w.byName[f.B]
+		a, b := w.siteAt[f.A], w.siteAt[f.B]
 		loss := 0.0
 		if start {
 			loss = f.Loss

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"skywalker/internal/engine"
+	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/results"
 	"skywalker/internal/workload"
@@ -67,14 +68,14 @@ func TestQuickstartServesEveryRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 7 {
-		t.Fatalf("%d results, want all seven policies", len(rep.Results))
+	if len(rep.Results) != len(policy.Names) {
+		t.Fatalf("%d results, want all %d policies", len(rep.Results), len(policy.Names))
 	}
 	for _, r := range rep.Results {
 		if r.Completed+r.Dropped != r.Requests {
 			t.Errorf("%s: %d completed + %d dropped != %d requests: something was lost", r.Policy, r.Completed, r.Dropped, r.Requests)
 		}
-		if r.Policy == "local" && r.CrossRegion != 0 {
+		if (r.Policy == "local" || r.Policy == "local-least-load") && r.CrossRegion != 0 {
 			t.Errorf("local served %.1f%% cross-region", 100*r.CrossRegion)
 		}
 		if r.TTFTP50Ms <= 0 || r.ThroughputTokS <= 0 {
@@ -87,7 +88,7 @@ func TestQuickstartServesEveryRequest(t *testing.T) {
 func oneRegion(t testing.TB, policyName string, replicas int, rps float64, tenants int) (Config, workload.Diurnal) {
 	p, _ := engine.LookupProfile("llama3-8b-a100")
 	cfg := Config{Regions: []RegionSpec{{Name: "solo", Replicas: replicas, Profile: p, Jurisdiction: "us"}},
-		RTT: [][]time.Duration{{0}}, Policy: policyName, SLO: time.Second, Seed: 5}
+		RTT: [][]time.Duration{{0}}, Policy: policyName, SLO: results.SLO{TTFT: time.Second}, Seed: 5}
 	d := workload.Diurnal{Regions: []workload.RegionLoad{{Name: "solo", Jurisdiction: "us"}}, Day: time.Hour, Duration: 10 * time.Minute,
 		PeakRPS: rps, ValleyRatio: 1, MeanTurns: 1, Tenants: tenants, TenantPromptTokens: 1024, Lengths: workload.Synthetic(),
 		MaxOutputTokens: 256, MaxPromptTokens: 8192, BlockTokens: 128, Seed: 5}
@@ -113,7 +114,7 @@ func TestQueueingGrowsAsUtilizationApproachesOne(t *testing.T) {
 	var ttft []float64
 	for _, rps := range []float64{1, 3, 5, 7} {
 		cfg, d := oneRegion(t, "local", 1, rps, 0)
-		ttft = append(ttft, runOne(t, cfg, d).TTFTP90Ms)
+		ttft = append(ttft, float64(runOne(t, cfg, d).TTFTP90Ms))
 	}
 	for i := 1; i < len(ttft); i++ {
 		if ttft[i] <= ttft[i-1] {
@@ -246,28 +247,37 @@ func FuzzParseScenario(f *testing.F) {
 	})
 }
 
-// BenchmarkSimulatorEvents reports the simulator's speed in events per
-// second on the quickstart scenario under skywalker.
+// BenchmarkSimulatorEvents reports the simulator's speed in events and
+// requests per second under skywalker: on the quickstart scenario (30
+// minutes), and on one day of the tuning scenario (the evaluation's unit of
+// work).
 func BenchmarkSimulatorEvents(b *testing.B) {
-	s := scenario(b, "quickstart")
-	s.Workload.Duration = 30 * time.Minute
-	s.Workload.Day = 30 * time.Minute
-	var events int64
-	start := time.Now()
-	for b.Loop() {
-		rep, err := Compare(s, Options{Policies: []string{"skywalker"}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		events += rep.Results[0].Events
+	for _, name := range []string{"quickstart", "diurnal-3region"} {
+		b.Run(name, func(b *testing.B) {
+			s := scenario(b, name)
+			if name == "quickstart" {
+				s.Workload.Duration, s.Workload.Day = 30*time.Minute, 30*time.Minute
+			}
+			var events, requests int64
+			start := time.Now()
+			for b.Loop() {
+				rep, err := Compare(s, Options{Policies: []string{"skywalker"}, Parallel: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				events += rep.Results[0].Events
+				requests += int64(rep.Results[0].Requests)
+			}
+			b.ReportMetric(float64(events)/time.Since(start).Seconds(), "events/s")
+			b.ReportMetric(float64(requests)/time.Since(start).Seconds(), "requests/s")
+		})
 	}
-	b.ReportMetric(float64(events)/time.Since(start).Seconds(), "events/s")
 }
 
 // runUntil runs a world's events up to virtual time end.
 func runUntil(t *testing.T, w *world, end time.Duration) {
 	t.Helper()
-	for w.q.len() > 0 && w.q.items[0].at <= end {
+	for w.q.len() > 0 && w.q.next() <= end {
 		e := w.q.pop()
 		w.now = e.at
 		if err := w.handle(e); err != nil {
@@ -318,18 +328,21 @@ func forwardsBetween(w *world, r int, from, to time.Duration) int {
 // hysteresis, not from the true RTT matrix: forwarding stops within a
 // probe of the spike, and resumes only after ReopenSamples good probes.
 func TestTheGateIsTheProductsGate(t *testing.T) {
-	const spikeAt, spikeEnd = 12 * time.Minute, 18 * time.Minute
+	// The spike covers the middle of us-east's burst, when it forwards most.
+	burst := scenario(t, "burst").Workload.Bursts[0]
+	burstEnd := burst.At + burst.Duration
+	spikeAt, spikeEnd := burst.At+burst.Duration/4, burst.At+burst.Duration*3/5
 	w := burstWorld(t,
 		ScenarioFault{Kind: "rtt-spike", A: "us-east", B: "eu-west", At: spikeAt, Duration: spikeEnd - spikeAt, Ms: 500},
 		ScenarioFault{Kind: "rtt-spike", A: "us-east", B: "ap-east", At: spikeAt, Duration: spikeEnd - spikeAt, Ms: 500})
 	cp := w.cfg.Control
 	closedBy := spikeAt + cp.ProbeInterval + 500*time.Millisecond + cp.PumpInterval
 	runUntil(t, w, spikeAt+cp.ProbeInterval/2)
-	if p := w.regions[0].core.Peers(); len(p) != 2 || !p[1].GateOpen {
+	if p := w.routers[0].core.Peers(); len(p) != 2 || !p[1].GateOpen {
 		t.Fatalf("half a probe into the spike the gate to eu-west is already %+v: the simulator knows more than the proxy", p)
 	}
-	runUntil(t, w, 25*time.Minute)
-	if n := forwardsBetween(w, 0, 10*time.Minute, spikeAt); n == 0 {
+	runUntil(t, w, burstEnd)
+	if n := forwardsBetween(w, 0, burst.At, spikeAt); n == 0 {
 		t.Fatal("us-east forwarded nothing during its burst before the spike: the test shows nothing")
 	}
 	if n := forwardsBetween(w, 0, closedBy+time.Second, spikeEnd); n != 0 {
@@ -339,8 +352,8 @@ func TestTheGateIsTheProductsGate(t *testing.T) {
 	if n := forwardsBetween(w, 0, spikeEnd, spikeEnd+time.Duration(cp.ReopenSamples-1)*cp.ProbeInterval); n != 0 {
 		t.Errorf("us-east forwarded %d requests before %d good probes could reopen its gates", n, cp.ReopenSamples)
 	}
-	if n := forwardsBetween(w, 0, reopened, 25*time.Minute); n == 0 {
-		t.Error("us-east never forwarded again after the spike ended")
+	if n := forwardsBetween(w, 0, reopened, burstEnd); n == 0 {
+		t.Errorf("us-east never forwarded again between the gates reopening (%v) and the end of its burst (%v)", reopened, burstEnd)
 	}
 }
 
@@ -354,13 +367,13 @@ func TestALossyLinkClosesTheGateAndStalesItsData(t *testing.T) {
 		ScenarioFault{Kind: "link-loss", A: "us-east", B: "ap-east", At: lossAt, Duration: time.Hour, Loss: 1})
 	cp := w.cfg.Control
 	runUntil(t, w, lossAt+cp.MaxDataAge+cp.LoadInterval+cp.PumpInterval)
-	for _, p := range w.regions[0].core.Peers() {
+	for _, p := range w.routers[0].core.Peers() {
 		if p.Healthy {
 			t.Errorf("%s still healthy with data %v old after every summary was lost", p.Region, p.DataAge)
 		}
 	}
 	runUntil(t, w, lossAt+cp.ProbeInterval+3*time.Second+cp.PumpInterval)
-	for _, p := range w.regions[0].core.Peers() {
+	for _, p := range w.routers[0].core.Peers() {
 		if p.GateOpen || !strings.Contains(p.Gate, "loss") {
 			t.Errorf("gate to %s: open %v (%s), want closed for loss once a probe timed out", p.Region, p.GateOpen, p.Gate)
 		}
@@ -380,7 +393,7 @@ func TestPeersSeeTheProductsStaleness(t *testing.T) {
 	var worstAge time.Duration
 	for at := time.Minute; at < 3*time.Minute; at += 37 * time.Millisecond {
 		runUntil(t, w, at)
-		for _, p := range w.regions[0].table.Peers(w.clock(w.now)) {
+		for _, p := range w.routers[0].table.Peers(w.clock(w.now)) {
 			worstAge = max(worstAge, p.DataAge)
 			if p.Digest == nil {
 				t.Fatalf("no digest from %s after a minute", p.Region)
@@ -400,8 +413,7 @@ func TestACrashedReplicaIsFoundAsTheProxyFindsIt(t *testing.T) {
 	const crashAt, back = 5 * time.Minute, 7 * time.Minute
 	w := burstWorld(t, ScenarioFault{Kind: "replica-crash", Region: "eu-west", Replica: 1, At: crashAt, Duration: back - crashAt})
 	cp := w.cfg.Control
-	eu := w.regions[1]
-	h := eu.replicas[1].handle
+	h := w.routers[1].replicas[1].handle
 	runUntil(t, w, crashAt-time.Millisecond)
 	if !h.Healthy() {
 		t.Fatal("healthy replica ejected before its crash")
@@ -413,5 +425,93 @@ func TestACrashedReplicaIsFoundAsTheProxyFindsIt(t *testing.T) {
 	runUntil(t, w, back+time.Duration(region.DefaultReadmitAfter+1)*cp.HealthInterval)
 	if !h.Healthy() {
 		t.Error("a recovered replica was not re-admitted by its health checks")
+	}
+}
+
+// TestOneGlobalRouterMakesRemoteClientsPayTheirRTT: with one router in
+// us-east, an ap-east client's request crosses to us-east and back before
+// anything else, and every region's replicas still serve (and residency
+// still holds).
+func TestOneGlobalRouterMakesRemoteClientsPayTheirRTT(t *testing.T) {
+	s := scenario(t, "quickstart")
+	cfg, wl, err := s.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy, cfg.Router = "least-load", "us-east"
+	src, _ := wl.Source()
+	w, err := newWorld(cfg, src, wl.Span, wl.BlockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(w.routers) != 1 || len(w.routers[0].replicas) != 6 {
+		t.Fatalf("%d routers with %d replicas: want one router in front of all six", len(w.routers), len(w.routers[0].replicas))
+	}
+	if err := w.pullArrival(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.loop(); err != nil {
+		t.Fatal(err)
+	}
+	res := w.result()
+	if res.Completed+res.Dropped != res.Requests || res.Completed == 0 {
+		t.Fatalf("result %+v", res)
+	}
+	for name, rs := range res.Regions {
+		if rs.ServedLocal+rs.Received == 0 {
+			t.Errorf("%s's replicas served nothing under the global router", name)
+		}
+	}
+	apToUS := cfg.RTT[2][0]
+	if ap := res.Regions["ap-east"]; float64(ap.TTFTP50Ms) < float64(apToUS.Milliseconds()) {
+		t.Errorf("ap-east's clients' TTFT p50 %v ms is below their %v round trip to the router", ap.TTFTP50Ms, apToUS)
+	}
+	if us := res.Regions["us-east"]; us.TTFTP50Ms >= res.Regions["ap-east"].TTFTP50Ms {
+		t.Errorf("us-east's clients (beside the router) p50 %v ms, not below ap-east's %v ms", us.TTFTP50Ms, res.Regions["ap-east"].TTFTP50Ms)
+	}
+}
+
+// TestClientsGiveUpAtTheSameDeadlineUnderEveryPolicy: past capacity, a
+// policy that pushes into engine queues and one that holds in its balancer
+// both end every request by the client timeout: served, or counted as
+// dropped with an infinite TTFT; none is answered later.
+func TestClientsGiveUpAtTheSameDeadlineUnderEveryPolicy(t *testing.T) {
+	for _, name := range []string{"local-least-load", "local"} {
+		cfg, d := oneRegion(t, name, 1, 12, 0) // three times what one replica serves
+		cfg.ClientTimeout = 5 * time.Second
+		cfg.Balancer.MaxWait = time.Minute
+		res := runOne(t, cfg, d)
+		if res.Drops["client_timeout"] == 0 {
+			t.Errorf("%s: nobody gave up at three times capacity: %+v", name, res.Drops)
+		}
+		if float64(res.TTFTMaxMs) > 5000 {
+			t.Errorf("%s: a request was answered after %v ms, when its client had left at 5,000", name, res.TTFTMaxMs)
+		}
+		if !res.TTFTP99Ms.Missed() {
+			t.Errorf("%s: TTFT p99 %v with %d of %d requests never answered: drops must count as infinite", name, res.TTFTP99Ms, res.Dropped, res.Requests)
+		}
+	}
+}
+
+// TestComparingASingleRouterDeployment: "policy@region" runs one router in
+// that region for every client; an unknown region is refused by name.
+func TestComparingASingleRouterDeployment(t *testing.T) {
+	s := scenario(t, "quickstart")
+	rep, err := Compare(s, Options{Policies: []string{"cache-aware", "cache-aware@us-east"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per, single := rep.Results[0], rep.Results[1]
+	if single.Policy != "cache-aware@us-east" {
+		t.Errorf("the single router's result is labelled %q", single.Policy)
+	}
+	// One router serves everybody: only us-east's clients are local to it,
+	// so about two thirds of requests cross the WAN, far more than with a
+	// router per region.
+	if single.CrossRegion < 0.5 || single.CrossRegion <= per.CrossRegion {
+		t.Errorf("cross-region share: single router %.2f, router per region %.2f", single.CrossRegion, per.CrossRegion)
+	}
+	if _, err := Compare(s, Options{Policies: []string{"cache-aware@mars"}}); err == nil || !strings.Contains(err.Error(), `"mars"`) {
+		t.Errorf("an unknown router region: %v", err)
 	}
 }

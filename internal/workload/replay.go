@@ -26,6 +26,9 @@ type Replay struct {
 	SessionBlocks int // default 2 (the Mooncake trace's first id is shared by every request)
 	Speedup       float64
 	HashSeed      uint64
+	// AssignSeed varies which region each conversation lands in (another
+	// seed, another draw of the same trace); 0 keeps the plain hash.
+	AssignSeed uint64
 }
 
 // Assignment rules.
@@ -69,6 +72,9 @@ func (r Replay) Source() (Source, error) {
 				buf = append(buf, ',')
 			}
 			h := xxhash.Sum64(buf)
+			if r.AssignSeed != 0 {
+				h = mix(h ^ r.AssignSeed)
+			}
 			region = int(h % uint64(len(r.Regions)))
 			session = string(buf)
 		}
@@ -79,4 +85,13 @@ func (r Replay) Source() (Source, error) {
 		out = append(out, Arrival{At: time.Duration(float64(rec.At) / r.Speedup), Region: req.Region, Request: req})
 	}
 	return NewSliceSource(out), nil
+}
+
+// mix is splitmix64's finalizer: a seed flips every output bit.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"skywalker/internal/request"
@@ -111,8 +112,11 @@ const (
 
 // LoadTrace finds a trace with TracePath and parses it. format is
 // FormatMooncake or FormatAzure; empty picks by extension (.csv is Azure,
-// anything else Mooncake).
-func LoadTrace(name, format string) ([]TraceRecord, error) {
+// anything else Mooncake). A file already parsed (same path, size and
+// modification time) is not parsed again: an evaluation builds thousands
+// of workloads from the same traces. The records are shared: callers must
+// not modify them.
+func LoadTrace(name, format string) (recs []TraceRecord, err error) {
 	path, err := TracePath(name)
 	if err != nil {
 		return nil, err
@@ -128,7 +132,18 @@ func LoadTrace(name, format string) ([]TraceRecord, error) {
 			format = FormatAzure
 		}
 	}
-	var recs []TraceRecord
+	key := traceKey{path: path, format: format}
+	if st, statErr := f.Stat(); statErr == nil {
+		key.size, key.mod = st.Size(), st.ModTime().UnixNano()
+		if recs, ok := traceCache.Load(key); ok {
+			return recs.([]TraceRecord), nil
+		}
+		defer func() {
+			if err == nil {
+				traceCache.Store(key, recs)
+			}
+		}()
+	}
 	switch format {
 	case FormatMooncake:
 		recs, err = ParseMooncake(f)
@@ -142,3 +157,12 @@ func LoadTrace(name, format string) ([]TraceRecord, error) {
 	}
 	return recs, nil
 }
+
+// traceKey identifies one parse of one trace file.
+type traceKey struct {
+	path, format string
+	size, mod    int64
+}
+
+// traceCache holds parsed traces by traceKey.
+var traceCache sync.Map

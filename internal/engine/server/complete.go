@@ -102,9 +102,10 @@ func (s *Server) abort(st *stream) {
 	s.poke()
 }
 
-// streamResponse writes SSE as vLLM does: a role chunk, one chunk per
-// token, a final chunk with finish_reason, a usage chunk if asked, and
-// data: [DONE]. A client that goes away aborts the sequence.
+// streamResponse writes SSE as vLLM does: headers at once, then — from the
+// first token on — a role chunk, one chunk per token, a final chunk with
+// finish_reason, a usage chunk if asked, and data: [DONE]. A client that
+// goes away aborts the sequence.
 func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, st *stream, out *output, includeUsage bool, finish string, stallAt int) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -113,7 +114,7 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, st *stre
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	_ = rc.Flush()
-	buf := out.appendStart(nil)
+	var buf []byte
 	sent := 0
 	for {
 		if !s.awaitProgress(r, st) {
@@ -123,6 +124,9 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, st *stre
 		if stallAt >= 0 && generated >= stallAt {
 			generated = stallAt
 			done = false
+		}
+		if sent == 0 && (generated > 0 || done) {
+			buf = out.appendStart(buf) // the role chunk travels with the first token
 		}
 		for ; sent < generated; sent++ {
 			buf = out.appendToken(buf, sent)

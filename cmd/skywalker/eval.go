@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"skywalker/internal/eval"
+	"skywalker/internal/report"
+)
+
+func newEvalCommand() *cobra.Command {
+	var (
+		out, scenarioList, variantList, loads, sizes string
+		render                                       string
+		seeds                                        int
+		quiet                                        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "Evaluate every policy as deployed: replicas to meet the SLO, and curves over load and size",
+		Long: `eval runs the whole evaluation: on the tuning scenario and on scenarios never
+used for tuning, for every policy (a router in every region, and the global
+baselines and GORGO also as one router in one region), it finds by search the
+smallest reservation at which 99% of requests meet the TTFT SLO over the
+simulated day, and draws SLO attainment and TTFT p99 against offered load and
+against reservation size; every number is the mean of several seeds with a
+95% interval. It writes report.md, results.json and SVG figures to --out.
+--render FILE writes them again from an earlier run's results.json.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if render != "" {
+				f, err := os.Open(render)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				rep, err := eval.ReadReport(f)
+				if err != nil {
+					return fmt.Errorf("%s: %w", render, err)
+				}
+				paths, err := report.EvalDir(out, rep)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\n", strings.Join(paths, ", "))
+				return nil
+			}
+			opt := eval.Options{Seeds: seeds}
+			if scenarioList != "" {
+				for _, name := range strings.Split(scenarioList, ",") {
+					sc, err := loadScenario(strings.TrimSpace(name))
+					if err != nil {
+						return fmt.Errorf("--scenarios: %w", err)
+					}
+					opt.Entries = append(opt.Entries, eval.Entry{Scenario: sc.Name, Role: eval.RoleOf(sc.Name), Spec: sc})
+				}
+			}
+			opt.Variants = parseVariants(variantList)
+			var err error
+			if opt.Loads, err = floatList("--loads", loads); err != nil {
+				return err
+			}
+			if opt.Sizes, err = floatList("--sizes", sizes); err != nil {
+				return err
+			}
+			if seeds < 1 || seeds > 50 {
+				return fmt.Errorf("--seeds must be in 1..50, not %d", seeds)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			progress := newProgress(cmd.ErrOrStderr(), 1, quiet)
+			defer progress.finish()
+			opt.Progress = progress.set
+			rep, err := eval.Run(ctx, opt)
+			if err != nil {
+				return err
+			}
+			progress.finish()
+			paths, err := report.EvalDir(out, rep)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%d simulations in %s; wrote %s\n", rep.Runs, rep.Elapsed.Round(1e9), strings.Join(paths, ", "))
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&out, "out", "eval", "directory for report.md, results.json and the figures")
+	f.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios, built-in or YAML files (default: the evaluation's: "+entryNames()+")")
+	f.StringVar(&variantList, "policies", "", "comma-separated policies, policy@region for one router in that region (default: all)")
+	f.IntVar(&seeds, "seeds", 5, "seeds per number")
+	f.StringVar(&loads, "loads", "", "offered loads of the load curve, comma-separated multiples (default 0.25,0.5,0.75,1,1.1,1.25,1.5)")
+	f.StringVar(&sizes, "sizes", "", "reservations of the size curve, comma-separated multiples of the planned fleet (default 0.75,1,1.25,1.5)")
+	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.StringVar(&render, "render", "", "render --out again from this results.json instead of running")
+	return cmd
+}
+
+func entryNames() string {
+	var names []string
+	for _, e := range eval.Set {
+		names = append(names, e.Scenario)
+	}
+	return strings.Join(names, ", ")
+}
+
+// floatList reads a comma-separated list of positive numbers ("" is nil).
+func floatList(flag, s string) ([]float64, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []float64
+	for _, part := range strings.Split(s, ",") {
+		x, err := strconv.ParseFloat(strings.TrimSpace(part), 64)
+		if err != nil || x <= 0 || x > 100 {
+			return nil, fmt.Errorf("%s: %q is not a positive multiple", flag, part)
+		}
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+// parseVariants reads a comma-separated list of policies, policy@region
+// for one router in that region ("" is nil: every default variant).
+func parseVariants(list string) []eval.Variant {
+	if list == "" {
+		return nil
+	}
+	var out []eval.Variant
+	for _, v := range strings.Split(list, ",") {
+		out = append(out, eval.ParseVariant(strings.TrimSpace(v)))
+	}
+	return out
+}

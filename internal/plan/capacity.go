@@ -1,0 +1,65 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"skywalker/internal/sim"
+)
+
+// MeasureCapacity finds, by simulation, the requests/s one replica of the
+// scenario's first region serves within the SLO-attainment target: a
+// single region of two replicas under flat demand of the scenario's
+// request mix, bisecting on the rate.
+func MeasureCapacity(s *sim.Scenario, target float64) (float64, error) {
+	if s.Workload.Kind != "diurnal" {
+		return 0, fmt.Errorf("measure capacity: needs a diurnal scenario's request mix")
+	}
+	if target <= 0 {
+		target = 0.99
+	}
+	sc := *s
+	region := s.Regions[0]
+	region.Replicas, region.Weight = 2, 1
+	sc.Regions = []sim.ScenarioRegion{region}
+	sc.RTT, sc.Faults = nil, nil
+	sc.Workload.ValleyRatio, sc.Workload.Bursts = 1, nil
+	sc.Workload.Duration = min(s.Workload.Day, 30*time.Minute)
+	sc.Workload.Day = sc.Workload.Duration
+	meets := func(rate float64) (bool, error) {
+		sc.Workload.PeakRPS = 2 * rate
+		rep, err := sim.Compare(&sc, sim.Options{Policies: []string{"skywalker"}, Parallel: 1})
+		if err != nil {
+			return false, err
+		}
+		return rep.Results[0].SLOAttainment >= target, nil
+	}
+	lo, hi := 0.0, 1.0
+	for {
+		ok, err := meets(hi)
+		if err != nil {
+			return 0, err
+		}
+		if !ok {
+			break
+		}
+		lo, hi = hi, hi*2
+		if hi > 1e4 {
+			return 0, fmt.Errorf("measure capacity: no saturation found")
+		}
+	}
+	for range 7 {
+		mid := (lo + hi) / 2
+		ok, err := meets(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return math.Round(lo*100) / 100, nil
+}

@@ -1,0 +1,412 @@
+package sim
+
+import (
+	"strconv"
+	"time"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/engine"
+	"skywalker/internal/mesh"
+	"skywalker/internal/policy"
+	"skywalker/internal/region"
+	"skywalker/internal/request"
+)
+
+// simRequest tracks one request through the simulation.
+type simRequest struct {
+	req         *request.Request
+	client      int // the site its client is in
+	ingress     int // the router its client sends to
+	at          int // the router holding or serving it; -1 while it crosses the WAN
+	forwardedTo int // the router the ingress forwarded it to, or -1
+	arrival     time.Duration
+	dispatched  time.Duration
+	firstToken  time.Duration // engine time of the first token; -1 until then
+	retries     int           // times routed again after failing before its first byte
+	replica     *replica      // where it runs (or is being sent) while dispatched
+	seq         *engine.Sequence
+	gone        bool // ended: completed, dropped, or its client gave up
+}
+
+// replica is one engine at a site, and its handle in its router's core.
+type replica struct {
+	name   string
+	site   int // where the engine runs
+	index  int // in its router's replica table
+	router *router
+	handle *region.Replica
+	eng    *engine.Engine
+	cfg    engine.Config
+	down   int    // overlapping faults holding it down
+	epoch  uint32 // incarnation; bumped by a crash
+}
+
+// router drives one region core with events and engine models: what the
+// proxy does with HTTP, it does on the virtual clock. It observes its
+// engines the way the proxy scrapes and health-checks vLLM (over the WAN
+// for a single global router's remote replicas), hears its peer routers
+// through a mesh.Table fed by simulated links, and hands dispatched
+// requests to engines.
+type router struct {
+	w        *world
+	idx      int
+	site     int
+	name     string
+	core     *region.Region
+	replicas []*replica
+	table    *mesh.Table // what this router knows of its peers
+	loads    region.LoadPublisher
+	sentGen  uint64 // digest generation last published
+	expireAt time.Duration
+	needPump bool
+	peerBuf  []region.Peer // the core's peers' snapshot, rewritten in place
+}
+
+// newRouter builds the router at site, in front of the replicas of sites
+// (its own only, for a router per region; every site's, for one global
+// router).
+func newRouter(w *world, idx, site int, sites []int) (*router, error) {
+	spec := w.cfg.Regions[site]
+	r := &router{w: w, idx: idx, site: site, name: spec.Name, expireAt: -1, table: mesh.NewTable(spec.Name, w.cfg.Control),
+		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}}
+	pol, err := policy.New(w.cfg.Policy, *w.cfg.PolicyConfig)
+	if err != nil {
+		return nil, err
+	}
+	if r.core, err = region.New(w.cfg.regionConfig(spec, w.blockTokens), pol, r.delivered); err != nil {
+		return nil, err
+	}
+	var specs []region.ReplicaSpec
+	for _, s := range sites {
+		sp := w.cfg.Regions[s]
+		for i := range sp.Replicas {
+			cfg := engine.Config{Profile: sp.Profile, MaxNumSeqs: sp.MaxNumSeqs, KVBlocks: sp.KVBlocks}
+			rp := &replica{name: sp.Name + "-" + strconv.Itoa(i), site: s, index: len(r.replicas), router: r, eng: engine.New(cfg), cfg: cfg}
+			r.replicas = append(r.replicas, rp)
+			rs := region.ReplicaSpec{Name: rp.name}
+			if s != site {
+				rs.Jurisdiction, rs.RTT = sp.Jurisdiction, w.cfg.RTT[site][s]
+			}
+			specs = append(specs, rs)
+		}
+	}
+	if err := r.core.SetReplicas(specs); err != nil {
+		return nil, err
+	}
+	for _, rp := range r.replicas {
+		rp.handle = r.core.Replica(rp.name)
+	}
+	return r, nil
+}
+
+func (r *router) now() time.Time { return r.w.clock(r.w.now) }
+
+// EngineMetrics is what scraping an engine's /metrics reports, read
+// straight from the model: the simulator's side of the scrape that the
+// proxy does over HTTP (the parity test checks the two agree).
+func EngineMetrics(e *engine.Engine) region.Metrics {
+	cfg := e.Config()
+	return region.Metrics{Known: true, Waiting: e.Waiting(), Running: e.Running(), KVUsage: e.KVUsage(),
+		KVBlocks: cfg.KVBlocks, BlockSize: cfg.BlockSize}
+}
+
+// scrape observes every replica's metrics as the proxy's scraper does (a
+// dead replica's scrape fails: zero metrics; a remote replica's answer
+// crosses the WAN back), then refreshes the peers and pumps, as the proxy
+// does after each scrape round.
+func (r *router) scrape() {
+	for _, rp := range r.replicas {
+		m := region.Metrics{}
+		if rp.down == 0 {
+			m = EngineMetrics(rp.eng)
+		}
+		if rp.site == r.site {
+			r.core.Scraped(rp.handle, m)
+			continue
+		}
+		r.w.push(event{at: r.w.now + r.w.oneWay(rp.site, r.site), kind: evScrapeResult, router: int32(r.idx), replica: int32(rp.index), payload: m})
+	}
+	r.pump()
+}
+
+// healthCheck probes every replica's /health: a dead one fails.
+func (r *router) healthCheck() {
+	for _, rp := range r.replicas {
+		r.core.HealthChecked(rp.handle, rp.down == 0)
+	}
+}
+
+// pump refreshes the peers' snapshot from the table and re-routes held
+// requests: the proxy's periodic pump.
+func (r *router) pump() {
+	r.peerBuf = r.table.AppendPeers(r.peerBuf, r.now())
+	r.core.SetPeers(r.peerBuf)
+	r.core.Pump(r.now())
+	r.scheduleExpire()
+}
+
+// submit hands a request to the router's balancer.
+func (r *router) submit(sr *simRequest) {
+	sr.at = r.idx
+	r.core.Submit(r.now(), sr.req)
+	r.scheduleExpire()
+}
+
+// delivered receives the region core's outcomes.
+func (r *router) delivered(d region.Delivery) {
+	sr := r.w.live[d.Request]
+	if d.Err != nil {
+		r.w.rejected(sr, r.idx, d.Err)
+		return
+	}
+	switch d.Decision.Action {
+	case policy.Dispatch:
+		rp := r.replicas[d.Decision.Replica]
+		sr.dispatched, sr.replica = r.w.now, rp
+		if rp.site == r.site {
+			r.reachEngine(sr)
+			return
+		}
+		r.w.push(event{at: r.w.now + r.w.oneWay(r.site, rp.site), kind: evDispatchArrive, router: int32(r.idx), req: sr})
+	case policy.Forward:
+		to := r.w.routerAt[d.Peer.Region]
+		sr.forwardedTo, sr.at = to, -1
+		r.w.forward(sr, r, r.w.routers[to])
+	}
+}
+
+// refusedAfter is how long a dispatch to a dead replica takes to fail: a
+// refused connection on the replica's own network.
+const refusedAfter = time.Millisecond
+
+// reachEngine is a dispatched request arriving at its replica.
+func (r *router) reachEngine(sr *simRequest) {
+	rp := sr.replica
+	if sr.gone { // its client gave up on the way
+		r.endOn(rp, sr, region.Released, 0)
+		return
+	}
+	if rp.down > 0 {
+		r.w.push(event{at: r.w.now + refusedAfter + r.w.oneWay(rp.site, r.site), kind: evRefused, router: int32(r.idx), req: sr})
+		return
+	}
+	req := sr.req
+	seq := &engine.Sequence{ID: req.ID, PromptTokens: req.PromptTokens, MaxTokens: max(req.MaxTokens, 1), Units: req.Blocks,
+		UnitTokens: req.BlockTokens, Arrival: r.now(), Data: sr}
+	if err := rp.eng.Add(seq); err != nil {
+		// The engine answers 400 (the prompt can never fit): the client
+		// gets it, and the replica is not to blame.
+		r.endOn(rp, sr, region.Released, 0)
+		r.w.drop(sr, string(apierr.InvalidRequest))
+		return
+	}
+	sr.seq = seq
+	r.kick(rp)
+}
+
+// endOn books the end of sr's attempt on rp in the core now.
+func (r *router) endOn(rp *replica, sr *simRequest, how region.Outcome, service time.Duration) {
+	r.core.End(sr.req, how, service)
+	sr.replica, sr.seq = nil, nil
+}
+
+// failedBeforeFirstByte handles a request whose replica failed before it
+// streamed anything: the failure counts against the replica, and the
+// request is routed again (at most Retries times), as the proxy retries.
+func (r *router) failedBeforeFirstByte(sr *simRequest) {
+	if rp := sr.replica; rp != nil {
+		r.endOn(rp, sr, region.ReplicaFailed, 0)
+	}
+	if sr.gone {
+		return
+	}
+	if sr.retries >= r.w.cfg.Retries {
+		r.w.rejected(sr, r.idx, apierr.New(apierr.Upstream, "no replica could serve the request"))
+		return
+	}
+	sr.retries++
+	r.submit(sr)
+}
+
+// kick starts replica rp's next engine step if it is idle and has work.
+func (r *router) kick(rp *replica) {
+	if rp.down > 0 || rp.eng.Busy() {
+		return
+	}
+	d, ok := rp.eng.BeginStep(r.now())
+	if !ok {
+		return
+	}
+	r.w.siteBusy[rp.site] += d
+	r.w.series.busy(rp.site, r.w.now, d)
+	r.w.push(event{at: r.w.now + d, kind: evStepEnd, router: int32(r.idx), replica: int32(rp.index), epoch: rp.epoch})
+}
+
+// stepEnd applies a finished engine step and starts the next; a freed slot
+// pumps the head of the queue, as the proxy does when a request ends.
+func (r *router) stepEnd(i int, epoch uint32) {
+	rp := r.replicas[i]
+	if epoch != rp.epoch {
+		return // the engine crashed during the step
+	}
+	rp.eng.EndStep(r.now(), sink{r: r, rp: rp})
+	if r.needPump {
+		r.needPump = false
+		r.core.PumpDepth(r.now(), 1)
+		r.scheduleExpire()
+	}
+	r.kick(rp)
+}
+
+// sink receives a replica's engine events.
+type sink struct {
+	r  *router
+	rp *replica
+}
+
+// FirstToken tells the router at once, or after the WAN crossing back for
+// a remote replica.
+func (k sink) FirstToken(s *engine.Sequence, _ time.Time) {
+	sr := s.Data.(*simRequest)
+	sr.firstToken = k.r.w.now
+	if k.rp.site == k.r.site {
+		k.r.core.FirstToken(sr.req)
+		return
+	}
+	k.r.w.push(event{at: k.r.w.now + k.r.w.oneWay(k.rp.site, k.r.site), kind: evFirstNotice, router: int32(k.r.idx), req: sr})
+}
+
+func (k sink) Token(*engine.Sequence, time.Time) {}
+
+// Finished books the request's end at its router — at once for a replica
+// in the router's own region, after the WAN crossing back for a remote one
+// — and tells the client.
+func (k sink) Finished(s *engine.Sequence, _ time.Time) {
+	sr := s.Data.(*simRequest)
+	r, rp, w := k.r, k.rp, k.r.w
+	service := w.now - sr.dispatched
+	sr.seq = nil
+	if rp.site == r.site {
+		r.endOn(rp, sr, region.Served, service)
+		r.needPump = true
+	} else {
+		back := w.oneWay(rp.site, r.site)
+		w.push(event{at: w.now + back, kind: evEndNotice, router: int32(r.idx), req: sr, payload: service + back})
+		sr.replica = nil
+	}
+	w.finish(sr, rp, s)
+}
+
+// checkLoad publishes the load summary to every peer router when it is
+// due; each copy arrives one link delay later, unless the link loses it.
+func (r *router) checkLoad() {
+	l := r.core.Load()
+	seq, due := r.loads.Due(r.now(), l)
+	if !due {
+		return
+	}
+	r.w.series.queue(r.site, r.w.now, l.Queued)
+	for _, p := range r.w.routers {
+		if p != r && !r.w.lost(r.site, p.site) {
+			r.w.push(event{at: r.w.now + r.w.oneWay(r.site, p.site), kind: evLoadArrive, router: int32(p.idx), replica: int32(r.idx),
+				payload: loadMsg{seq: seq, load: l}})
+		}
+	}
+}
+
+// loadMsg is a load summary in flight.
+type loadMsg struct {
+	seq  uint64
+	load region.Load
+}
+
+// publishDigest sends a new digest generation to every peer router over
+// the mesh's reliable channel: a fresh TCP connection (one RTT) and the
+// message (half of one).
+func (r *router) publishDigest() {
+	d := r.core.Digest()
+	if d.Generation == r.sentGen {
+		return
+	}
+	r.sentGen = d.Generation
+	for _, p := range r.w.routers {
+		if p != r {
+			r.w.push(event{at: r.w.now + 3*r.w.oneWay(r.site, p.site), kind: evDigestArrive, router: int32(p.idx), replica: int32(r.idx), payload: d})
+		}
+	}
+}
+
+// probeResult is a probe's outcome arriving back at the prober.
+type probeResult struct {
+	peer string
+	rtt  time.Duration
+	ok   bool
+}
+
+// probe pings every peer router once: the answer comes back after the
+// link's RTT (with jitter each way), or the probe times out if the link
+// lost it.
+func (r *router) probe() {
+	for _, p := range r.w.routers {
+		if p == r {
+			continue
+		}
+		res := probeResult{peer: p.name}
+		if r.w.lost(r.site, p.site) || r.w.lost(p.site, r.site) {
+			r.w.push(event{at: r.w.now + probeTimeout, kind: evProbeResult, router: int32(r.idx), payload: res})
+			continue
+		}
+		res.rtt, res.ok = r.w.oneWay(r.site, p.site)+r.w.oneWay(p.site, r.site), true
+		r.w.push(event{at: r.w.now + res.rtt, kind: evProbeResult, router: int32(r.idx), payload: res})
+	}
+}
+
+// probeTimeout is how long a lost probe takes to count as a failure
+// (memberlist's WAN probe timeout).
+const probeTimeout = 3 * time.Second
+
+// scheduleExpire makes sure an evExpire is queued for the balancer's
+// earliest deadline.
+func (r *router) scheduleExpire() {
+	d, ok := r.core.NextDeadline()
+	if !ok {
+		return
+	}
+	at := d.Sub(r.w.clock(0))
+	if r.expireAt >= 0 && r.expireAt <= at {
+		return
+	}
+	r.expireAt = at
+	r.w.push(event{at: at, kind: evExpire, router: int32(r.idx)})
+}
+
+// crash takes rp down: its engine and cache are lost. The router learns it
+// the way the proxy would: the requests it had there fail (those that had
+// not streamed are routed again), dispatches to it are refused, and its
+// scrapes and health checks fail until it is ejected.
+func (r *router) crash(rp *replica) {
+	rp.down++
+	if rp.down > 1 {
+		return
+	}
+	rp.epoch++
+	var lost []*simRequest
+	rp.eng.ForEach(func(s *engine.Sequence) { lost = append(lost, s.Data.(*simRequest)) })
+	r.w.sitePreemptions[rp.site] += rp.eng.Stats().Preemptions
+	rp.eng = engine.New(rp.cfg)
+	for _, sr := range lost {
+		if sr.firstToken >= 0 {
+			r.endOn(rp, sr, region.ReplicaFailed, 0)
+			r.w.drop(sr, "failed_midstream")
+			continue
+		}
+		r.failedBeforeFirstByte(sr)
+	}
+}
+
+// recover brings rp back with an empty cache; health checks re-admit it.
+func (r *router) recover(rp *replica) {
+	if rp.down > 0 {
+		rp.down--
+	}
+}
