@@ -24,7 +24,7 @@ func newSimCommand() *cobra.Command {
 	var (
 		scenario, policies, format, out, sweep, trace string
 		seed                                          uint64
-		quiet                                         bool
+		quiet, fifo, noAdmission                      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -43,7 +43,17 @@ attainment, cache hit rate and cross-region traffic.`,
 			if policies != "" {
 				opt.Policies = strings.Split(policies, ",")
 			}
+			if fifo {
+				sc.Balancer.FIFO = true
+			}
+			if noAdmission {
+				off := false
+				sc.Balancer.Admission = &off
+			}
 			scales := []float64{1}
+			if len(sc.Sweep) > 0 {
+				scales = sc.Sweep
+			}
 			if sweep != "" {
 				if scales, err = parseSweep(sweep); err != nil {
 					return err
@@ -90,6 +100,8 @@ attainment, cache hit rate and cross-region traffic.`,
 	f.StringVar(&sweep, "sweep", "", "offered-load sweep, rate=LO:HI:STEPS (multiples of the scenario's rate)")
 	f.StringVar(&trace, "trace", "", "trace file for replay scenarios (default: the scenario's, looked up in ../shared/traces)")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	f.BoolVar(&fifo, "fifo", false, "turn per-tenant fair queuing off: each class in arrival order")
+	f.BoolVar(&noAdmission, "no-admission", false, "turn SLO-aware admission off: hold every request until its deadline")
 	return cmd
 }
 

@@ -29,6 +29,8 @@ const (
 	ModelNotFound  Code = "model_not_found"     // 404: no replica serves the requested model
 	NotFound       Code = "not_found"           // 404: unknown path
 	QueueFull      Code = "queue_full"          // 429: the balancer queue is at its bound; retry later
+	Overloaded     Code = "overloaded"          // 429: the request cannot start within its objective anywhere, or its tenant or class is over its share
+	Shed           Code = "shed"                // 429: held until it could no longer meet its objective
 	QueueTimeout   Code = "queue_timeout"       // 503: held past the request's deadline
 	Unavailable    Code = "service_unavailable" // 503: no healthy replica or eligible region
 	Forbidden      Code = "forbidden"           // 403: an unauthenticated forwarding marker
@@ -70,7 +72,7 @@ func (e *Error) Status() int {
 		return http.StatusRequestEntityTooLarge
 	case ModelNotFound, NotFound:
 		return http.StatusNotFound
-	case QueueFull:
+	case QueueFull, Overloaded, Shed:
 		return http.StatusTooManyRequests
 	case QueueTimeout, Unavailable:
 		return http.StatusServiceUnavailable
@@ -141,10 +143,20 @@ func Write(w http.ResponseWriter, err error) {
 	e := From(err)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	if e.RetryAfter > 0 {
-		secs := int((e.RetryAfter + time.Second - 1) / time.Second)
-		h.Set("Retry-After", strconv.Itoa(secs))
+	if s := e.RetryAfterSeconds(); s > 0 {
+		h.Set("Retry-After", strconv.Itoa(s))
 	}
 	w.WriteHeader(e.Status())
 	_, _ = w.Write(e.JSON())
+}
+
+// RetryAfterSeconds is the Retry-After a client gets, in whole seconds:
+// RetryAfter rounded up, and at least 1 for every 429 and 503 (a client
+// told to come back is told when); 0 means no header.
+func (e *Error) RetryAfterSeconds() int {
+	secs := int((e.RetryAfter + time.Second - 1) / time.Second)
+	if st := e.Status(); (st == http.StatusTooManyRequests || st == http.StatusServiceUnavailable) && secs < 1 {
+		secs = 1
+	}
+	return secs
 }

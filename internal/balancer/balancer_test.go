@@ -106,14 +106,18 @@ func TestPriorityOrdersTheQueue(t *testing.T) {
 	env := newFakeRegion(1, 1)
 	b := newSkywalker()
 	b.Submit(t0, req("running"), env)
-	low, high := req("low"), req("high")
-	high.Priority = -1
+	low, high, body := req("low"), req("high"), req("body-priority")
+	high.Class = request.Critical
+	body.Priority = -1_000_000 // vLLM's field: passed to the engine, never used to jump the queue
 	b.Submit(t0, low, env)
+	b.Submit(t0, body, env)
 	b.Submit(t0, high, env)
 	env.finish(0)
 	b.Pump(t0, env)
-	if got := fmt.Sprint(env.ids()); got != "[running high]" {
-		t.Errorf("got %s, want the high-priority request first", got)
+	env.finish(0)
+	b.Pump(t0, env)
+	if got := fmt.Sprint(env.ids()); got != "[running high low]" {
+		t.Errorf("got %s, want the critical request first, then the standard ones in order", got)
 	}
 }
 
@@ -217,7 +221,8 @@ func TestNothingIsLostSilently(t *testing.T) {
 			env := newFakeRegion(3, 2)
 			env.peer = &policy.PeerRegion{Name: "eu-west", Jurisdiction: "eu", Healthy: true, RTT: 72 * time.Millisecond,
 				GateOpen: true, QueueWait: 300 * time.Millisecond, Replicas: 2, Slots: 4, Outstanding: 3}
-			b := New(p, Config{MaxQueue: 20, MaxWait: 5 * time.Second, ScanDepth: 4})
+			b := New(p, Config{MaxQueue: 20, MaxWait: 5 * time.Second, ScanDepth: 4, TenantMaxHeld: 4,
+				Objectives: [request.NumClasses]request.SLO{request.Standard: {TTFT: 2 * time.Second}, request.Critical: {TTFT: 3 * time.Second}}})
 			now := t0
 			submitted := map[string]bool{}
 			for i := range 3000 {
@@ -225,7 +230,9 @@ func TestNothingIsLostSilently(t *testing.T) {
 				switch rng.IntN(3) {
 				case 0:
 					r := req(fmt.Sprint(i))
-					r.Priority = rng.IntN(3)
+					r.Class = request.Classes[rng.IntN(3)]
+					r.Tenant = fmt.Sprint("t", rng.IntN(4))
+					r.Wait = rng.IntN(5) == 0
 					if rng.IntN(10) == 0 {
 						r.Residency = []string{"us", "eu", "ap"}[rng.IntN(3)]
 					}

@@ -37,7 +37,7 @@ type Config struct {
 	// Speedup divides arrival offsets (2 = twice the workload's rate).
 	Speedup     float64
 	MaxInFlight int         // client-side cap on concurrent requests; default 1024
-	SLO         results.SLO // TTFT objective for goodput and attainment
+	SLO         request.SLO // TTFT objective for goodput and attainment
 	Label       string      // the result's policy column
 	Client      *http.Client
 	// OnSample, if set, receives every finished request (from many
@@ -297,7 +297,7 @@ func (s Sample) Record(begin time.Time) results.Sample {
 
 // Summarize turns samples into a Result labelled label, judging TTFT
 // against slo: the same summary the simulator prints.
-func Summarize(label string, slo results.SLO, samples []Sample) *results.Result {
+func Summarize(label string, slo request.SLO, samples []Sample) *results.Result {
 	c := results.NewCollector(slo)
 	var begin time.Time
 	for _, s := range samples {

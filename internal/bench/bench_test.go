@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"skywalker/internal/results"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,7 +45,7 @@ func TestRunMeasuresWhatTheClientSees(t *testing.T) {
 		arrivals = append(arrivals, workload.Arrival{At: time.Duration(i) * 20 * time.Millisecond, Region: "r", Request: req})
 	}
 	var seen atomic.Int64 // OnSample runs on many goroutines at once
-	res, samples, err := Run(ctx, Config{Default: engineURL, Source: workload.NewSliceSource(arrivals), SLO: results.SLO{TTFT: time.Second}, Label: "live",
+	res, samples, err := Run(ctx, Config{Default: engineURL, Source: workload.NewSliceSource(arrivals), SLO: request.SLO{TTFT: time.Second}, Label: "live",
 		OnSample: func(Sample) { seen.Add(1) }})
 	if err != nil {
 		t.Fatal(err)

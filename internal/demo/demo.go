@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"skywalker/internal/request"
 	"strings"
 	"sync"
 	"time"
@@ -175,4 +176,4 @@ func runDay(ctx context.Context, c *node.Cluster, day time.Duration, view io.Wri
 }
 
 // demoSLO is the TTFT objective the demo judges its clients by.
-var demoSLO = results.SLO{TTFT: time.Second}
+var demoSLO = request.SLO{TTFT: time.Second}

@@ -60,6 +60,7 @@ const (
 	ReasonCacheHit     Reason = "cache-hit"    // cache-aware: match above threshold
 	ReasonImbalance    Reason = "imbalance"    // cache-aware: loads too far apart
 	ReasonForwarded    Reason = "forwarded-in" // served here after another region forwarded it
+	ReasonOverload     Reason = "overload"     // the local region cannot meet the request's objective; this peer can
 )
 
 // Decision is a policy's answer.
@@ -72,6 +73,14 @@ type Decision struct {
 	// Estimate is the policy's estimated time to first token for the chosen
 	// target, when the policy estimates one (skywalker does); else zero.
 	Estimate time.Duration
+	// HasFallback: the policy kept the request here but a peer could
+	// take it, FallbackPeer (an index into View.Peers), with an estimated
+	// time to first token of FallbackEstimate. The balancer forwards there
+	// when the local estimate misses the request's objective and the
+	// peer's does not (a region under pressure forwards before it sheds).
+	HasFallback      bool
+	FallbackPeer     int
+	FallbackEstimate time.Duration
 }
 
 // View is the world as one region's balancer sees it when routing one
@@ -90,11 +99,18 @@ type LocalRegion struct {
 	// queue, and Held the number held in all, this one included if it is
 	// (the balancer fills both in).
 	Queued, Held int
+	// Waited is how long this request has been held so far (the balancer
+	// fills it in; zero on arrival).
+	Waited time.Duration
 	// PerRequestWait is how much longer the wait gets per request ahead in
 	// the queue: by Little's law, the smoothed service time divided by the
 	// requests the region serves at once (see PerRequestWait).
 	PerRequestWait time.Duration
 	Prefill        PrefillProfile
+	// TTFTBias is how much longer than estimated recent requests took to
+	// their first token (a smoothed ratio; 0 or 1 when unknown). Policies
+	// route on their own estimates; SLO-aware admission scales by it.
+	TTFTBias float64
 }
 
 // Replica is one local inference server.

@@ -167,7 +167,11 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 	case bestPeer >= 0 && peerScore+s.pushMargin(localScore) < localScore:
 		return forward(v, bestPeer, ReasonRemoteFaster, peerEstimate)
 	}
-	return dispatchIfRoom(local, replica, localEstimate)
+	d := dispatchIfRoom(local, replica, localEstimate)
+	if bestPeer >= 0 {
+		d.HasFallback, d.FallbackPeer, d.FallbackEstimate = true, bestPeer, peerEstimate
+	}
+	return d
 }
 
 // dispatchIfRoom dispatches to the chosen local replica if it has room,
@@ -207,16 +211,32 @@ func (s *Skywalker) routeLocally(req *request.Request, v *View) Decision {
 // Requests already queued ahead add their wait. Ties go to the lesser
 // load, then the lower index.
 func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time.Duration) {
-	healthy := 0
+	healthy, room := 0, false
 	for i := range l.Replicas {
-		if l.Replicas[i].Healthy {
+		if r := &l.Replicas[i]; r.Healthy {
 			healthy++
+			room = room || r.HasRoom()
 		}
 	}
 	slotWait := l.PerRequestWait * time.Duration(healthy)
+	// The request's own wait for a replica without room: that replica's
+	// next slot while others have room (waiting for it is a choice), one
+	// slot anywhere once none has (it is then its turn that it waits for,
+	// counted below by the requests ahead).
+	ownWait := slotWait
+	if !room {
+		ownWait = l.PerRequestWait
+	}
 	// What waiting for a slot costs the region, for the choice; the
 	// estimate keeps the request's own wait.
-	slotCost := saturatedSlotWait(slotWait, l.Held, healthy)
+	slotCost := slotWait
+	if l.Waited < slotWait {
+		// Waiting for the replica that holds the prefix is free for the
+		// region while saturated, but not for ever for the request:
+		// once it has waited one slot's time it takes the next free one,
+		// so those behind it in the queue do not overtake it for long.
+		slotCost = saturatedSlotWait(slotWait, l.Held, healthy)
+	}
 	least := l.Replicas[leastLoaded(l.Replicas, false)].Load()
 	limit := least + loadMargin(s.cfg.LoadMargin, least)
 	best := -1
@@ -230,7 +250,7 @@ func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time
 		t := l.Prefill.Time(req.PromptTokens-req.CachedTokens(r.PrefixBlocks)) + time.Duration(r.PrefillTokens)*l.Prefill.PerToken
 		score := t + s.replicaCongestion(r)
 		if !r.HasRoom() {
-			t += slotWait
+			t += ownWait
 			score += slotCost
 		}
 		if best < 0 || score < bestScore || (score == bestScore && r.Load() < l.Replicas[best].Load()) {

@@ -21,6 +21,7 @@ type clusterOpts struct {
 	maxQueue    int
 	maxWait     time.Duration
 	timeScale   float64
+	objective   time.Duration // TTFT objective of every class; 0 keeps the default
 }
 
 // startCluster runs three regions (us-east, eu-west, ap-east) on loopback:
@@ -45,6 +46,9 @@ func startCluster(t *testing.T, o clusterOpts) *node.Cluster {
 			}
 			if o.maxWait > 0 {
 				cfg.MaxWait = o.maxWait
+			}
+			if o.objective > 0 {
+				cfg.TTFTObjective = o.objective
 			}
 			cfg.Profile = "llama3-8b-a100"
 		}})
@@ -124,6 +128,12 @@ func chat(prompt string, maxTokens int, stream bool, extra string) string {
 // region and returns what each client saw.
 func burst(t *testing.T, base string, n, promptWords int) []result {
 	t.Helper()
+	return burstWith(t, base, n, promptWords, nil)
+}
+
+// burstWith is burst with headers on every request.
+func burstWith(t *testing.T, base string, n, promptWords int, header map[string]string) []result {
+	t.Helper()
 	results := make([]result, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -131,7 +141,7 @@ func burst(t *testing.T, base string, n, promptWords int) []result {
 		go func() {
 			defer wg.Done()
 			prompt := strings.Repeat(fmt.Sprintf("burst request %d asks about regional load. ", i), promptWords)
-			results[i] = call(t, base, chat(prompt, 32, true, ""), nil)
+			results[i] = call(t, base, chat(prompt, 32, true, ""), header)
 		}()
 	}
 	wg.Wait()

@@ -56,6 +56,14 @@ type Config struct {
 	MaxBodyBytes int           `yaml:"max_body_bytes"` // SKYWALKER_MAX_BODY_BYTES; default 16 MiB
 	Retries      int           `yaml:"retries"`        // SKYWALKER_RETRIES before the first byte; default 2
 
+	// Admission and fairness (see balancer.Config).
+	TTFTObjective          time.Duration `yaml:"ttft_objective"`           // SKYWALKER_TTFT_SLO: standard requests; default 10 s; 0 turns admission off
+	TTFTObjectiveCritical  time.Duration `yaml:"ttft_objective_critical"`  // SKYWALKER_TTFT_SLO_CRITICAL; default the standard objective
+	TTFTObjectiveSheddable time.Duration `yaml:"ttft_objective_sheddable"` // SKYWALKER_TTFT_SLO_SHEDDABLE; default the standard objective
+	TenantHeader           string        `yaml:"tenant_header"`            // SKYWALKER_TENANT_HEADER; default x-gateway-inference-fairness-id
+	FairQueuing            bool          `yaml:"fair_queuing"`             // SKYWALKER_FAIR_QUEUING; default true
+	TenantMaxHeld          int           `yaml:"tenant_max_held"`          // SKYWALKER_TENANT_MAX_HELD; default 0 (no limit)
+
 	ScrapeInterval  time.Duration `yaml:"scrape_interval"`  // default 100 ms
 	ResolveInterval time.Duration `yaml:"resolve_interval"` // DNS pools; default 10 s
 	EjectAfter      int           `yaml:"eject_after"`      // consecutive failures; default 3
@@ -76,7 +84,37 @@ func DefaultConfig() Config {
 		MeshPreset: "wan", Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
-		DrainTimeout: 30 * time.Second}
+		DrainTimeout: 30 * time.Second, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true}
+}
+
+// DefaultTTFTObjective is the TTFT objective of every class unless
+// configured: generous, so that with any engine and the defaults only a
+// request that would wait far longer than any client should is refused
+// at once (429 + Retry-After) instead of being held to MaxWait.
+const DefaultTTFTObjective = 10 * time.Second
+
+// DefaultTenantHeader names the header requests are grouped into tenants
+// by, the Gateway API Inference Extension's fairness id. Without it a
+// request's tenant is a hash of its API key (Authorization), if any.
+const DefaultTenantHeader = "x-gateway-inference-fairness-id"
+
+// Objectives are the balancer's TTFT objectives per class.
+func (c *Config) Objectives() [request.NumClasses]request.SLO {
+	var o [request.NumClasses]request.SLO
+	std := c.TTFTObjective
+	for _, x := range []struct {
+		class request.Class
+		v     time.Duration
+	}{{request.Standard, std}, {request.Critical, c.TTFTObjectiveCritical}, {request.Sheddable, c.TTFTObjectiveSheddable}} {
+		v := x.v
+		if v == 0 {
+			v = std
+		}
+		if std > 0 {
+			o[x.class] = request.SLO{TTFT: v}
+		}
+	}
+	return o
 }
 
 // RegionConfig is the region core's configuration (the profile must be
@@ -84,7 +122,8 @@ func DefaultConfig() Config {
 func (c *Config) RegionConfig() region.Config {
 	prof, _ := engine.LookupProfile(c.Profile)
 	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight,
-		Prefill: prof.Prefill(), EjectAfter: c.EjectAfter, Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait}}
+		Prefill: prof.Prefill(), EjectAfter: c.EjectAfter, Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait,
+			Objectives: c.Objectives(), FIFO: !c.FairQueuing, TenantMaxHeld: c.TenantMaxHeld}}
 }
 
 // ControlPlane is the control plane's timing for this proxy: the shared
@@ -123,7 +162,9 @@ var EnvVars = []string{"REGION_ID", "PEER_REGIONS", "LOCAL_WORKER_POOL", "MAX_WA
 	"SKYWALKER_NODE_ID", "SKYWALKER_LISTEN", "SKYWALKER_ADVERTISE_URL", "SKYWALKER_GOSSIP_BIND", "SKYWALKER_GOSSIP_ADVERTISE",
 	"SKYWALKER_CLUSTER_LABEL", "SKYWALKER_MESH_PRESET", "SKYWALKER_POLICY", "SKYWALKER_PROFILE", "SKYWALKER_GOSSIP_KEY",
 	"SKYWALKER_INSECURE_GOSSIP", "SKYWALKER_MAX_IN_FLIGHT", "SKYWALKER_MAX_QUEUE", "SKYWALKER_MAX_BODY_BYTES", "SKYWALKER_RETRIES",
-	"SKYWALKER_EJECT_AFTER", "SKYWALKER_MAX_WAIT", "SKYWALKER_SCRAPE_INTERVAL", "SKYWALKER_RESOLVE_INTERVAL", "SKYWALKER_DRAIN_TIMEOUT"}
+	"SKYWALKER_EJECT_AFTER", "SKYWALKER_MAX_WAIT", "SKYWALKER_SCRAPE_INTERVAL", "SKYWALKER_RESOLVE_INTERVAL", "SKYWALKER_DRAIN_TIMEOUT",
+	"SKYWALKER_TTFT_SLO", "SKYWALKER_TTFT_SLO_CRITICAL", "SKYWALKER_TTFT_SLO_SHEDDABLE", "SKYWALKER_TENANT_HEADER",
+	"SKYWALKER_FAIR_QUEUING", "SKYWALKER_TENANT_MAX_HELD"}
 
 // ApplyEnv overlays the environment (getenv is os.Getenv in production).
 func (c *Config) ApplyEnv(getenv func(string) string) error {
@@ -185,13 +226,23 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if v := getenv("SKYWALKER_GOSSIP_KEY"); strings.TrimSpace(v) != "" {
 		c.GossipKeys = splitList(v)
 	}
-	if v := strings.TrimSpace(getenv("SKYWALKER_INSECURE_GOSSIP")); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SKYWALKER_INSECURE_GOSSIP=%q: not a boolean", v))
+	boolean := func(name string, dst *bool) {
+		if v := strings.TrimSpace(getenv(name)); v != "" {
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: not a boolean", name, v))
+				return
+			}
+			*dst = b
 		}
-		c.InsecureGossip = b
 	}
+	boolean("SKYWALKER_INSECURE_GOSSIP", &c.InsecureGossip)
+	boolean("SKYWALKER_FAIR_QUEUING", &c.FairQueuing)
+	str("SKYWALKER_TENANT_HEADER", &c.TenantHeader)
+	integer("SKYWALKER_TENANT_MAX_HELD", &c.TenantMaxHeld)
+	duration("SKYWALKER_TTFT_SLO", &c.TTFTObjective)
+	duration("SKYWALKER_TTFT_SLO_CRITICAL", &c.TTFTObjectiveCritical)
+	duration("SKYWALKER_TTFT_SLO_SHEDDABLE", &c.TTFTObjectiveSheddable)
 	integer("SKYWALKER_MAX_IN_FLIGHT", &c.MaxInFlight)
 	integer("SKYWALKER_MAX_QUEUE", &c.MaxQueue)
 	integer("SKYWALKER_MAX_BODY_BYTES", &c.MaxBodyBytes)
@@ -292,6 +343,21 @@ func (c *Config) Validate() error {
 	if c.Retries < 0 || c.Retries > 10 {
 		bad("retries", "must be in 0..10")
 	}
+	if c.TenantMaxHeld < 0 {
+		bad("tenant_max_held (SKYWALKER_TENANT_MAX_HELD)", "must not be negative")
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{{"ttft_objective (SKYWALKER_TTFT_SLO)", c.TTFTObjective}, {"ttft_objective_critical", c.TTFTObjectiveCritical},
+		{"ttft_objective_sheddable", c.TTFTObjectiveSheddable}} {
+		if f.v < 0 || f.v > time.Hour {
+			bad(f.name, "must be between 0 (off) and 1h")
+		}
+	}
+	if h := strings.TrimSpace(c.TenantHeader); h != "" && !validHeaderName(h) {
+		bad("tenant_header (SKYWALKER_TENANT_HEADER)", "%q is not a header name", h)
+	}
 	for _, f := range []struct {
 		name string
 		v    time.Duration
@@ -301,4 +367,15 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validHeaderName reports whether s is an HTTP header name (RFC 9110 token).
+func validHeaderName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -1,7 +1,12 @@
 package proxy_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"skywalker/internal/proxy"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +82,63 @@ func TestQueueLimitsAnswer429And503WithRetryAfter(t *testing.T) {
 	}
 	if statuses[429] == 0 || statuses[503] == 0 || statuses[200] == 0 {
 		t.Errorf("statuses %v: want some served, some 429 (queue full) and some 503 (deadline)", statuses)
+	}
+}
+
+// TestOverloadIsRefusedAtOnceWithRetryAfter: one replica taking one
+// request at a time, a 1.5 s TTFT objective, a burst of twelve: those that
+// would wait past the objective are told at once (429 overloaded with a
+// Retry-After of whole seconds), or shed once their objective passes
+// (429 shed), instead of being held to the 30 s deadline; those that asked
+// to wait are held and served; both kinds are counted by priority and
+// tenant.
+func TestOverloadIsRefusedAtOnceWithRetryAfter(t *testing.T) {
+	c := startCluster(t, clusterOpts{maxInFlight: 1, engines: 1, timeScale: 1, objective: 1500 * time.Millisecond})
+	c.Links.SetRTT("us-east", "eu-west", 400*time.Millisecond) // keep it local
+	c.Links.SetRTT("us-east", "ap-east", 400*time.Millisecond)
+	gatesClosed(t, c, "us-east")
+	us := c.Region("us-east")
+	// Prime the queue-wait estimate with a few completions.
+	for i := range 3 {
+		if r := call(t, us.URL, chat(fmt.Sprint("warm-up ", i), 16, true, ""), nil); r.status != 200 {
+			t.Fatalf("warm-up: status %d", r.status)
+		}
+	}
+	statuses, codes := map[int]int{}, map[string]int{}
+	for _, r := range burstWith(t, us.URL, 12, 30, map[string]string{proxy.DefaultTenantHeader: "team-a"}) {
+		statuses[r.status]++
+		if r.status == 429 {
+			var e struct{ Error struct{ Code string } }
+			_ = json.Unmarshal([]byte(r.body), &e)
+			codes[e.Error.Code]++
+			if s, err := strconv.Atoi(r.retryAfter); err != nil || s < 1 {
+				t.Errorf("429 with Retry-After %q; want whole seconds ≥ 1", r.retryAfter)
+			}
+		}
+	}
+	if statuses[200] == 0 || codes["overloaded"] == 0 || statuses[429] != codes["overloaded"]+codes["shed"] || statuses[503] != 0 {
+		t.Errorf("statuses %v, 429 codes %v: want some served, some refused at once (overloaded), none held to the deadline (503)", statuses, codes)
+	}
+	patient := burstWith(t, us.URL, 4, 30, map[string]string{proxy.WaitHeader: "true"})
+	for _, r := range patient {
+		if r.status != 200 {
+			t.Errorf("a request that asked to wait got %d: %.200s", r.status, r.body)
+		}
+	}
+	resp, err := http.Get(us.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for decision, n := range map[string]int{"refused": codes["overloaded"], "shed": codes["shed"]} {
+		if n == 0 {
+			continue
+		}
+		want := fmt.Sprintf(`skywalker_admission_total{decision=%q,priority="standard",region="us-east",tenant="team-a"} %d`, decision, n)
+		if !strings.Contains(string(page), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 

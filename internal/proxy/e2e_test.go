@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"fmt"
+	"skywalker/internal/request"
 
 	"encoding/json"
 	"skywalker/internal/node/nodetest"
@@ -93,6 +94,10 @@ func TestBadInputsGetTheirStatus(t *testing.T) {
 		{"body over the limit", `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 17<<20) + `"}]}`, nil, 413, "body_too_large"},
 		{"forged forwarding marker", chat("hi", 2, false, ""), map[string]string{proxy.ForwardHeader: "us-east;x;1;00"}, 403, "forbidden"},
 		{"contradicting residency", chat("hi", 2, false, `,"metadata":{"data_residency":"eu"}`), map[string]string{"X-Data-Residency": "us"}, 400, "invalid_request"},
+		{"unknown priority", chat("hi", 2, false, ""), map[string]string{proxy.PriorityHeader: "urgent"}, 400, "invalid_request"},
+		{"unknown priority in metadata", chat("hi", 2, false, `,"metadata":{"priority":"-1000000"}`), nil, 400, "invalid_request"},
+		{"tenant key over 256 bytes", chat("hi", 2, false, ""), map[string]string{proxy.DefaultTenantHeader: strings.Repeat("t", 257)}, 400, "invalid_request"},
+		{"bad wait flag", chat("hi", 2, false, ""), map[string]string{proxy.WaitHeader: "perhaps"}, 400, "invalid_request"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,6 +108,9 @@ func TestBadInputsGetTheirStatus(t *testing.T) {
 			_ = json.Unmarshal([]byte(r.body), &e)
 			if r.status != tc.status || e.Error.Code != tc.code || e.Error.Message == "" {
 				t.Errorf("status %d code %q body %.200s; want %d %q", r.status, e.Error.Code, r.body, tc.status, tc.code)
+			}
+			if strings.Contains(tc.name, "priority") && !strings.Contains(e.Error.Message, request.ClassNames) {
+				t.Errorf("the error must name the allowed priorities: %q", e.Error.Message)
 			}
 		})
 	}

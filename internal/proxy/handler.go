@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -40,7 +42,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		}
 		req, err := request.Parse(kind, body, request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes})
 		if err == nil {
-			err = req.ApplyResidencyHeader(r.Header.Get("X-Data-Residency"))
+			err = s.applyHeaders(req, r.Header)
 		}
 		if err != nil {
 			s.reject(w, err, "bad_request")
@@ -67,6 +69,38 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		}
 		s.serve(w, r, req, body)
 	}
+}
+
+// The headers a client steers its request with, besides the body's
+// metadata (see README "Talking to SkyWalker").
+const (
+	PriorityHeader = "X-SkyWalker-Priority" // critical, standard (default), sheddable
+	WaitHeader     = "X-SkyWalker-Wait"     // true: hold rather than refuse under overload
+)
+
+// applyHeaders merges what the client's headers say into req: residency,
+// priority class, the wait flag, and its tenant (the configured header,
+// else a hash of its API key).
+func (s *Server) applyHeaders(req *request.Request, h http.Header) error {
+	if err := req.ApplyResidencyHeader(h.Get("X-Data-Residency")); err != nil {
+		return err
+	}
+	if err := req.ApplyPriorityHeader(h.Get(PriorityHeader)); err != nil {
+		return err
+	}
+	if err := req.ApplyWaitHeader(h.Get(WaitHeader)); err != nil {
+		return err
+	}
+	if name := s.cfg.TenantHeader; name != "" {
+		if v := h.Get(name); v != "" {
+			return req.SetTenant(name, v)
+		}
+	}
+	if key := h.Get("Authorization"); key != "" {
+		sum := sha256.Sum256([]byte(key))
+		req.Tenant = "key-" + hex.EncodeToString(sum[:6])
+	}
+	return nil
 }
 
 // bodyPool recycles request body buffers (up to 1 MiB each).

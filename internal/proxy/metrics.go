@@ -1,7 +1,11 @@
 package proxy
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
+
+	"skywalker/internal/request"
 )
 
 // metrics are the proxy's Prometheus series, namespace skywalker_.
@@ -12,6 +16,8 @@ type metrics struct {
 	queueWait prometheus.Histogram
 	ttft      prometheus.Histogram
 	match     prometheus.Histogram
+	admission *prometheus.CounterVec // priority, tenant, decision
+	tenants   *tenantLabels
 }
 
 func newMetrics(region string, r *Router) *metrics {
@@ -30,8 +36,45 @@ func newMetrics(region string, r *Router) *metrics {
 	m.match = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "skywalker", Name: "prefix_match_ratio",
 		Help: "Share of a routed request's prompt the chosen replica was believed to hold.", ConstLabels: constLabels,
 		Buckets: []float64{0, 0.1, 0.25, 0.5, 0.75, 0.9, 1}})
-	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, stateCollector{r: r, constLabels: constLabels})
+	m.admission = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "skywalker", Name: "admission_total",
+		Help: "Requests by priority class, tenant (the first 20 seen; the rest are \"other\") and how the balancer took them: " +
+			"admitted (dispatched or forwarded), refused (429 on arrival: overloaded, queue full), shed (429: held past its objective), " +
+			"timed_out (503: held past its deadline), unavailable (503: nowhere may serve it).", ConstLabels: constLabels},
+		[]string{"priority", "tenant", "decision"})
+	m.tenants = newTenantLabels(maxTenantLabels)
+	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission,
+		stateCollector{r: r, constLabels: constLabels, tenants: m.tenants})
 	return m
+}
+
+// maxTenantLabels bounds the tenants metrics name; later ones are "other".
+const maxTenantLabels = 20
+
+// tenantLabels turns tenants into metric labels with bounded
+// cardinality: the first max tenants seen keep their name, every later
+// one is "other". Safe for concurrent use.
+type tenantLabels struct {
+	mu    sync.Mutex
+	max   int
+	known map[string]bool
+}
+
+func newTenantLabels(max int) *tenantLabels { return &tenantLabels{max: max, known: map[string]bool{}} }
+
+func (t *tenantLabels) label(tenant string) string {
+	if tenant == "" {
+		return "none"
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.known[tenant] {
+		return tenant
+	}
+	if len(t.known) < t.max {
+		t.known[tenant] = true
+		return tenant
+	}
+	return "other"
 }
 
 // stateCollector exports live state at scrape time: queue, replicas,
@@ -39,6 +82,7 @@ func newMetrics(region string, r *Router) *metrics {
 type stateCollector struct {
 	r           *Router
 	constLabels prometheus.Labels
+	tenants     *tenantLabels
 }
 
 func (c stateCollector) desc(name, help string, labels ...string) *prometheus.Desc {
@@ -54,6 +98,7 @@ func (c stateCollector) descs() []*prometheus.Desc {
 		c.desc("peer_gate_open", "1 while the WAN gate to a peer region is open.", "peer", "reason"),
 		c.desc("peer_data_age_seconds", "Age of the newest load summary from a peer region.", "peer"),
 		c.desc("peer_healthy", "1 if a peer region has live nodes with fresh data.", "peer"),
+		c.desc("queued_requests", "Requests held in the balancer queue by priority class and tenant.", "priority", "tenant"),
 	}
 }
 
@@ -73,7 +118,14 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(h.InFlight()), h.Name())
 	}
 	peers := r.core.Peers()
+	queued := map[[2]string]int{}
+	r.core.HeldBy(func(class request.Class, tenant string, n int) {
+		queued[[2]string{class.String(), c.tenants.label(tenant)}] += n
+	})
 	r.mu.Unlock()
+	for k, n := range queued {
+		ch <- prometheus.MustNewConstMetric(d[7], prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
 	for _, p := range peers {
 		ch <- prometheus.MustNewConstMetric(d[3], prometheus.GaugeValue, p.RTT.Seconds(), p.Region)
 		ch <- prometheus.MustNewConstMetric(d[4], prometheus.GaugeValue, b2f(p.GateOpen), p.Region, p.Gate)

@@ -50,6 +50,7 @@ type Router struct {
 
 	recent     []Decision // ring of recent decisions, for /debug/skywalker
 	recentNext int
+	observe    func(region.Delivery) // every outcome, under mu (metrics, logs)
 }
 
 // Decision is one routing outcome, as /debug/skywalker shows it.
@@ -69,11 +70,15 @@ type RouterOptions struct {
 	Policy policy.Policy
 	Peers  PeerSource       // nil for a single region; SetPeers attaches it later
 	Clock  func() time.Time // default time.Now
+	// Observe, if set, sees every outcome the core delivers, once, with
+	// the router's lock held: it must not call back into the router.
+	Observe func(region.Delivery)
 }
 
 // NewRouter returns a router for cfg (validated) with no replicas.
 func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
-	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]chan routed{}, now: opts.Clock, recent: make([]Decision, 64)}
+	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]chan routed{}, now: opts.Clock, recent: make([]Decision, 64),
+		observe: opts.Observe}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -172,6 +177,9 @@ func (r *Router) delivered(d region.Delivery) {
 		out.replica = r.replicaOf(d.Replica)
 	}
 	r.record(d)
+	if r.observe != nil {
+		r.observe(d)
+	}
 	if ch, ok := r.waiters[d.Request]; ok {
 		delete(r.waiters, d.Request)
 		ch <- out
@@ -200,7 +208,7 @@ func (r *Router) record(d region.Delivery) {
 func (r *Router) FirstByte(req *request.Request) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.core.FirstToken(req)
+	r.core.FirstToken(r.now(), req)
 }
 
 // Done records the end of a dispatched request (service is the time from

@@ -86,7 +86,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), keys: keys,
 		demand: newDemand(cfg.Region), upstream: transport, started: time.Now()}
-	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers})
+	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers, Observe: s.observe})
 	if err != nil {
 		return nil, err
 	}
@@ -185,5 +185,30 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 		apierr.Write(w, apierr.New(apierr.Unavailable, "no healthy replica"))
 	default:
 		writeJSON(w, 200, map[string]string{"status": "ready"})
+	}
+}
+
+// observe counts every outcome of the balancer by priority, tenant and
+// decision, and logs each request refused or shed, once (the router calls
+// it exactly once per request, with its lock held).
+func (s *Server) observe(d region.Delivery) {
+	decision := "admitted"
+	if d.Err != nil {
+		switch d.Err.Code {
+		case apierr.Overloaded, apierr.QueueFull:
+			decision = "refused"
+		case apierr.Shed:
+			decision = "shed"
+		case apierr.QueueTimeout:
+			decision = "timed_out"
+		default:
+			decision = "unavailable"
+		}
+	}
+	req := d.Request
+	s.metrics.admission.WithLabelValues(req.Class.String(), s.metrics.tenants.label(req.Tenant), decision).Inc()
+	if decision == "refused" || decision == "shed" {
+		s.log.Info("request "+decision, "id", req.ID, "priority", req.Class.String(), "tenant", req.Tenant,
+			"waited", d.Waited.String(), "retry_after_s", d.Err.RetryAfterSeconds(), "reason", d.Err.Message)
 	}
 }

@@ -94,6 +94,8 @@ type Region struct {
 	deliver    func(Delivery)
 	digests    digestPublisher
 	bookings   map[*request.Request]*booking // dispatched, not ended
+	bias       ratioEWMA                     // actual over estimated time to first token
+	tenantBias map[flow]*ratioEWMA           // the same per flow (class, tenant)
 }
 
 // New returns a region with no replicas that routes by pol and hands every
@@ -109,7 +111,7 @@ func New(cfg Config, pol policy.Policy, deliver func(Delivery)) (*Region, error)
 	cfg = cfg.withDefaults()
 	r := &Region{cfg: cfg, bal: balancer.New(pol, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
 		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
-		bookings: map[*request.Request]*booking{}}
+		bookings: map[*request.Request]*booking{}, tenantBias: map[flow]*ratioEWMA{}}
 	r.digests.region = r
 	return r, nil
 }
@@ -141,6 +143,10 @@ func (r *Region) Queued() int { return r.bal.Len() }
 
 // NextDeadline is the earliest deadline of a held request.
 func (r *Region) NextDeadline() (time.Time, bool) { return r.bal.NextDeadline() }
+
+// HeldBy calls fn for every (class, tenant) with requests held, with
+// their count, for metrics.
+func (r *Region) HeldBy(fn func(class request.Class, tenant string, n int)) { r.bal.HeldBy(fn) }
 
 // Held lists the held requests, for debugging endpoints.
 func (r *Region) Held(now time.Time) []balancer.HeldRequest { return r.bal.Held(now) }
@@ -204,6 +210,7 @@ func (r *Region) View(req *request.Request) *policy.View {
 		v.Local.Replicas = append(v.Local.Replicas, r.policyReplica(rp, r.matched[rp.target]))
 	}
 	v.Local.PerRequestWait = r.perRequestWait()
+	v.Local.TTFTBias = r.TTFTBias(req)
 	v.Peers = v.Peers[:0]
 	for i := range r.peers {
 		p := &r.peers[i]
@@ -262,7 +269,8 @@ func (r *Region) Deliver(o balancer.Outcome) {
 			rp.inFlightTokens += req.PromptTokens
 			rp.prefillTokens += uncached
 			rp.sinceScrape += uncached + out
-			r.bookings[req] = &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true}
+			r.bookings[req] = &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
+				submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0}
 			r.index.Insert(rp.target, o.Request.Blocks, r.digests.learn)
 		case policy.Forward:
 			p := r.peers[o.Decision.Peer]

@@ -298,8 +298,8 @@ func TestBookingsTrackPrefillAndTokensUntilTheEnd(t *testing.T) {
 	if got := v.Local.Replicas[0]; got.InFlight != 2 || got.QueuedTokens != 384+1000 || got.PrefillTokens != 384+1000-384 {
 		t.Fatalf("after two dispatches: %+v; want 2 in flight, 1,384 prompt tokens, 1,000 to prefill (3 of b's blocks cached)", got)
 	}
-	r.FirstToken(req)
-	r.FirstToken(req) // once only
+	r.FirstToken(t0, req)
+	r.FirstToken(t0, req) // once only
 	if got := r.View(probeReq()).Local.Replicas[0]; got.PrefillTokens != 384 {
 		t.Errorf("after b's first token: prefill %d, want a's 384", got.PrefillTokens)
 	}
@@ -311,3 +311,35 @@ func TestBookingsTrackPrefillAndTokensUntilTheEnd(t *testing.T) {
 }
 
 func probeReq() *request.Request { return req("probe", 77) }
+
+// TestHeldRequestsCalibrateTheTTFTBias: a request held with an estimate
+// of 1 s that took 2 s to its first token pulls the bias above 1; one
+// dispatched at once (not held) does not move it.
+func TestHeldRequestsCalibrateTheTTFTBias(t *testing.T) {
+	r, _ := newTestRegion(t, 1)
+	if r.TTFTBias(probeReq()) != 1 {
+		t.Fatalf("bias %v before any sample, want 1", r.TTFTBias(probeReq()))
+	}
+	at := t0
+	fast := &request.Request{ID: "fast", PromptTokens: 100, BlockTokens: 128}
+	r.View(fast)
+	r.Deliver(balancer.Outcome{Request: fast, Decision: policy.Decision{Action: policy.Dispatch}, Admitted: time.Second, Submitted: at})
+	r.FirstToken(at.Add(5*time.Second), fast)
+	if r.TTFTBias(probeReq()) != 1 {
+		t.Errorf("a request that was not held moved the bias to %v", r.TTFTBias(probeReq()))
+	}
+	for i := range 200 {
+		held := &request.Request{ID: fmt.Sprint("held", i), PromptTokens: 100, BlockTokens: 128}
+		r.View(held)
+		r.Deliver(balancer.Outcome{Request: held, Decision: policy.Decision{Action: policy.Dispatch}, Admitted: time.Second,
+			Submitted: at, Waited: 1500 * time.Millisecond})
+		r.FirstToken(at.Add(2*time.Second), held)
+		r.End(held, Served, 3*time.Second)
+	}
+	if b := r.TTFTBias(probeReq()); b < 1.9 || b > 2.1 {
+		t.Errorf("bias %v after estimates of 1 s that took 2 s, want about 2", b)
+	}
+	if v := r.View(probeReq()); v.Local.TTFTBias != r.TTFTBias(probeReq()) {
+		t.Errorf("the view carries bias %v, the region %v", v.Local.TTFTBias, r.TTFTBias(probeReq()))
+	}
+}

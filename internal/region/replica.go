@@ -228,17 +228,95 @@ type booking struct {
 	prompt     int // prompt tokens
 	uncached   int // prompt tokens the replica must prefill
 	prefilling bool
+	submitted  time.Time     // when the request reached the balancer
+	estimate   time.Duration // the policy's TTFT estimate then
+	held       bool          // it waited in the balancer
 }
 
 // FirstToken records that a dispatched request produced its first token
-// (the proxy: its first byte): its prefill no longer delays others.
-func (r *Region) FirstToken(req *request.Request) {
+// (the proxy: its first byte) at now: its prefill no longer delays
+// others, and the time it took, against what was estimated when it was
+// submitted, calibrates admission (TTFTBias).
+func (r *Region) FirstToken(now time.Time, req *request.Request) {
 	b := r.bookings[req]
 	if b == nil || !b.prefilling {
 		return
 	}
+	if b.held && b.estimate > 0 && !b.submitted.IsZero() {
+		actual, est := float64(now.Sub(b.submitted)), float64(b.estimate)
+		r.bias.observe(actual, est)
+		key := flowOf(req)
+		t := r.tenantBias[key]
+		if t == nil {
+			if len(r.tenantBias) >= maxTenantBiases {
+				clear(r.tenantBias) // forget them all rather than grow without bound
+			}
+			t = &ratioEWMA{}
+			r.tenantBias[key] = t
+		}
+		t.observe(actual, est)
+	}
+	r.prefilled(b)
+}
+
+// prefilled takes a booking's prefill off its replica's queued prefill.
+func (r *Region) prefilled(b *booking) {
+	if !b.prefilling {
+		return
+	}
 	b.prefilling = false
 	b.rp.prefillTokens = max(b.rp.prefillTokens-b.uncached, 0)
+}
+
+// TTFTBias is how much longer than estimated recent held requests of
+// req's flow (its tenant in its priority class) took to their first
+// token: the ratio of the smoothed actual times to the smoothed
+// estimates (a ratio of means, so short estimates do not swamp it), kept
+// within [0.5, 4]. It is the flow's own once it has samples — under fair
+// queuing a tenant that floods the queue waits longer than its place on
+// arrival said, one that does not waits less, and a critical request
+// overtakes standard ones — else the region's, else 1.
+func (r *Region) TTFTBias(req *request.Request) float64 {
+	if t := r.tenantBias[flowOf(req)]; t != nil {
+		return t.ratio()
+	}
+	return r.bias.ratio()
+}
+
+// flow is a request's fair-queuing flow: its class and tenant.
+type flow struct {
+	class  request.Class
+	tenant string
+}
+
+func flowOf(req *request.Request) flow { return flow{req.Class, req.Tenant} }
+
+// maxTenantBiases bounds the tenants whose bias a region keeps.
+const maxTenantBiases = 4096
+
+func (e *ratioEWMA) ratio() float64 {
+	if !e.seen || e.estimate <= 0 {
+		return 1
+	}
+	return min(max(e.actual/e.estimate, 0.5), 4)
+}
+
+// ratioEWMA smooths the two sides of a ratio.
+type ratioEWMA struct {
+	actual, estimate float64
+	seen             bool
+}
+
+// biasAlpha weighs a new first token in TTFTBias: about the last fifty.
+const biasAlpha = 0.02
+
+func (e *ratioEWMA) observe(actual, estimate float64) {
+	if !e.seen {
+		e.actual, e.estimate, e.seen = actual, estimate, true
+		return
+	}
+	e.actual += biasAlpha * (actual - e.actual)
+	e.estimate += biasAlpha * (estimate - e.estimate)
 }
 
 // End records the end of a dispatched request: its replica's slot frees,
@@ -250,7 +328,7 @@ func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
 		return
 	}
 	delete(r.bookings, req)
-	r.FirstToken(req)
+	r.prefilled(b)
 	rp := b.rp
 	rp.inFlight = max(rp.inFlight-1, 0)
 	rp.inFlightTokens = max(rp.inFlightTokens-b.prompt, 0)

@@ -44,6 +44,9 @@ var columns = []column{
 	{"(in+2out) tok/s", func(r *results.Result) string { return f0(r.PaperThroughput) }},
 	{"goodput rps", func(r *results.Result) string { return fmt.Sprintf("%.2f", r.GoodputRPS) }},
 	{"SLO", func(r *results.Result) string { return pct(r.SLOAttainment) }},
+	{"refused", func(r *results.Result) string { return fmt.Sprint(r.Refused) }},
+	{"shed", func(r *results.Result) string { return fmt.Sprint(r.Shed) }},
+	{"admitted SLO", func(r *results.Result) string { return pct(r.AdmittedSLOAttainment) }},
 	{"cache hit", func(r *results.Result) string { return pct(r.CacheHitRate) }},
 	{"cross-region", func(r *results.Result) string { return pct(r.CrossRegion) }},
 	{"utilization", func(r *results.Result) string { return utilization(r) }},
@@ -82,6 +85,67 @@ func Table(w io.Writer, rep *results.Report) error {
 			fmt.Fprint(tw, c.cell(r)+sep)
 		}
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return breakdowns(w, rep, false, maxTableTenants)
+}
+
+// maxTableTenants: the tables break a run down by tenant only up to this
+// many tenants (the JSON always has them all).
+const maxTableTenants = 8
+
+// breakdowns writes, for runs with more than one tenant (up to
+// maxTenants) or priority class, how each fared:
+// requests, refused on arrival, shed, SLO attainment of all and of the
+// admitted, goodput.
+func breakdowns(w io.Writer, rep *results.Report, markdown bool, maxTenants int) error {
+	type row struct{ policy, group string }
+	var rows []row
+	var stats []results.GroupStats
+	for _, r := range rep.Results {
+		for _, kind := range []struct {
+			label string
+			m     map[string]results.GroupStats
+		}{{"tenant", r.Tenants}, {"priority", r.Classes}} {
+			if len(kind.m) < 2 || (kind.label == "tenant" && len(kind.m) > maxTenants) {
+				continue
+			}
+			names := make([]string, 0, len(kind.m))
+			for n := range kind.m {
+				names = append(names, n)
+			}
+			sort.Strings(names)
+			for _, n := range names {
+				rows = append(rows, row{r.Policy, kind.label + " " + n})
+				stats = append(stats, kind.m[n])
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return nil
+	}
+	heads := []string{"policy", "group", "requests", "refused", "shed", "SLO", "admitted SLO", "goodput rps"}
+	cells := func(i int) []string {
+		s := stats[i]
+		return []string{rows[i].policy, rows[i].group, fmt.Sprint(s.Requests), fmt.Sprint(s.Refused), fmt.Sprint(s.Shed),
+			pct(s.SLOAttainment), pct(s.AdmittedSLOAttainment), fmt.Sprintf("%.2f", s.GoodputRPS)}
+	}
+	if markdown {
+		var b strings.Builder
+		b.WriteString("\nBy tenant and priority class:\n\n| " + strings.Join(heads, " | ") + " |\n|---|---|" + strings.Repeat("---:|", len(heads)-2) + "\n")
+		for i := range rows {
+			b.WriteString("| " + strings.Join(cells(i), " | ") + " |\n")
+		}
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	fmt.Fprintln(w, "\nby tenant and priority class:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(heads, "\t")+"\t")
+	for i := range rows {
+		fmt.Fprintln(tw, strings.Join(cells(i), "\t")+"\t")
+	}
 	return tw.Flush()
 }
 
@@ -109,6 +173,9 @@ func Markdown(w io.Writer, rep *results.Report) error {
 			b.WriteString(" " + c.cell(r) + " |")
 		}
 		b.WriteString("\n")
+	}
+	if err := breakdowns(&b, rep, true, maxTableTenants); err != nil {
+		return err
 	}
 	if sw := rep.Find("skywalker"); sw != nil && len(rep.Results) > 1 {
 		b.WriteString("\nSkyWalker against each policy (× better; above 1 means SkyWalker wins). A policy that meets the SLO for\n" +

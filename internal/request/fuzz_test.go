@@ -33,3 +33,33 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzClientHeaders proves no priority, wait or tenant header makes the
+// request helpers panic, that every failure is a 400, and that what is
+// accepted is one of the classes and a bounded tenant.
+func FuzzClientHeaders(f *testing.F) {
+	f.Add("critical", "true", "team-a", `{"metadata":{"priority":"sheddable"}}`)
+	f.Add("urgent", "maybe", "", `{}`)
+	f.Add(" Sheddable ", "0", "\x00\xff", `{"metadata":{"wait":"yes"}}`)
+	f.Fuzz(func(t *testing.T, priority, wait, tenant, meta string) {
+		body := `{"messages":[{"role":"user","content":"hi"}]` + "}"
+		if len(meta) > 2 && meta[0] == '{' {
+			body = `{"messages":[{"role":"user","content":"hi"}],` + meta[1:]
+		}
+		req, err := Parse(Chat, []byte(body), Options{})
+		if err != nil {
+			return
+		}
+		for _, e := range []error{req.ApplyPriorityHeader(priority), req.ApplyWaitHeader(wait), req.SetTenant("X-Tenant", tenant)} {
+			if e == nil {
+				continue
+			}
+			if ae, ok := apierr.As(e); !ok || ae.Status() != 400 {
+				t.Fatalf("error %v is not a 400", e)
+			}
+		}
+		if req.Class.Rank() < 0 || req.Class.Rank() > 2 || len(req.Tenant) > MaxTenantBytes {
+			t.Fatalf("accepted class %v tenant of %d bytes", req.Class, len(req.Tenant))
+		}
+	})
+}

@@ -302,8 +302,10 @@ func (p *parser) streamOptions() error {
 	})
 }
 
-// metadata reads OpenAI's string-to-string metadata map; data_residency
-// names the jurisdiction and session_id a session key.
+// metadata reads OpenAI's string-to-string metadata map: data_residency
+// names the jurisdiction, session_id a session key, priority the class
+// (critical, standard, sheddable) and wait ("true") asks to be held
+// rather than refused under overload.
 func (p *parser) metadata() error {
 	s := &p.s
 	if null, err := s.null(); null || err != nil {
@@ -324,6 +326,30 @@ func (p *parser) metadata() error {
 				p.req.Session = v
 			}
 			return err
+		case "priority":
+			v, err := p.stringField("metadata.priority")
+			if err != nil {
+				return err
+			}
+			c, err := ParseClass(v)
+			if err != nil {
+				e := err.(*apierr.Error)
+				e.Param = "metadata.priority"
+				return e
+			}
+			p.req.Class, p.req.classSet = c, true
+			return nil
+		case "wait":
+			v, err := p.stringField("metadata.wait")
+			if err != nil {
+				return err
+			}
+			w, err := parseWait(v)
+			if err != nil {
+				return apierr.Invalid("metadata.wait", "%v", err)
+			}
+			p.req.Wait = w
+			return nil
 		default:
 			return s.skip()
 		}
@@ -540,5 +566,27 @@ func (r *Request) ApplyResidencyHeader(value string) error {
 		return apierr.Invalid("metadata.data_residency", "X-Data-Residency %q contradicts metadata.data_residency %q", value, r.Residency)
 	}
 	r.Residency = value
+	return nil
+}
+
+// parseWait reads a wait flag: true/false, 1/0, yes/no; "" is false.
+func parseWait(v string) (bool, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "false", "0", "no":
+		return false, nil
+	case "true", "1", "yes":
+		return true, nil
+	}
+	return false, fmt.Errorf("wait must be true or false, not %q", v)
+}
+
+// ApplyWaitHeader merges an X-SkyWalker-Wait header into the request: a
+// client that asks to wait anywhere is held rather than refused.
+func (r *Request) ApplyWaitHeader(value string) error {
+	w, err := parseWait(value)
+	if err != nil {
+		return apierr.Invalid("X-SkyWalker-Wait", "%v", err)
+	}
+	r.Wait = r.Wait || w
 	return nil
 }

@@ -38,7 +38,19 @@ type Request struct {
 
 	Residency string // jurisdiction the request must be served in, lower case; "" for anywhere
 	Session   string // session or user key, for consistent hashing; may be empty
-	Priority  int    // lower is served first, as in vLLM's priority scheduling
+	// Priority is the body's vLLM priority field, passed to the engine as
+	// sent; the balancer orders by Class, never by it.
+	Priority int
+	// Class is the priority class (X-SkyWalker-Priority, metadata.priority).
+	Class    Class
+	classSet bool // the body named a class
+	// Tenant groups requests for fair queuing (from a configurable header;
+	// "" is one shared flow).
+	Tenant string
+	// Wait: the client asked to be held rather than refused when the
+	// request cannot start within its objective (X-SkyWalker-Wait,
+	// metadata.wait).
+	Wait bool
 
 	Stream       bool
 	IncludeUsage bool // stream_options.include_usage

@@ -8,6 +8,7 @@ package results
 import (
 	"fmt"
 	"math"
+	"skywalker/internal/request"
 	"slices"
 	"strconv"
 	"time"
@@ -52,6 +53,18 @@ type Result struct {
 	Preemptions int64   `json:"preemptions"` // engine preemptions (recomputations) over all replicas
 	HoldP99Ms   float64 `json:"hold_p99_ms"` // time requests spent held in balancer queues, p99
 
+	// Admission: Refused is requests refused on arrival (429: overloaded,
+	// queue full), Shed those shed from a queue past their objective;
+	// AdmittedSLOAttainment is the share of the requests not refused that
+	// met the SLO (shed ones count as misses).
+	Refused               int     `json:"refused"`
+	Shed                  int     `json:"shed"`
+	AdmittedSLOAttainment float64 `json:"admitted_slo_attainment"`
+	// Tenants and Classes break the run down by tenant and by priority
+	// class, when it has more than one of either.
+	Tenants map[string]GroupStats `json:"tenants,omitempty"`
+	Classes map[string]GroupStats `json:"classes,omitempty"`
+
 	Makespan float64 `json:"makespan_s"`
 	Events   int64   `json:"events,omitempty"`
 	// Stopped: the simulation ended early, once the SLO target could no
@@ -72,6 +85,20 @@ type RegionStats struct {
 	TTFTP99Ms    Millis  `json:"ttft_p99_ms"`
 	CacheHitRate float64 `json:"cache_hit_rate"`
 }
+
+// GroupStats are one tenant's or one priority class's figures.
+type GroupStats struct {
+	Requests              int     `json:"requests"`
+	Refused               int     `json:"refused"`
+	Shed                  int     `json:"shed"`
+	SLOAttainment         float64 `json:"slo_attainment"`
+	AdmittedSLOAttainment float64 `json:"admitted_slo_attainment"`
+	GoodputRPS            float64 `json:"goodput_rps"`
+}
+
+// Refusal reports whether a drop reason is a refusal on arrival (the
+// request was never admitted) rather than a failure after admission.
+func Refusal(reason string) bool { return reason == "overloaded" || reason == "queue_full" }
 
 // Millis is a latency in milliseconds. +Inf stands for a request that
 // never got its answer (a percentile that falls on a drop); JSON writes it
@@ -178,15 +205,20 @@ type Sample struct {
 	OutputTokens int
 	CachedTokens int
 	Retried      bool
-	// Dropped names why the request failed ("" when it completed).
+	// Dropped names why the request failed ("" when it completed): an
+	// apierr code such as overloaded, shed or queue_timeout, or
+	// client_timeout.
 	Dropped string
+	// Tenant and Class group the request for the breakdowns ("" and
+	// "standard" when unknown).
+	Tenant, Class string
 }
 
 // Collector turns samples into a Result. It keeps three numbers per
 // completed request, so a million-request simulated day fits easily. Not
 // safe for concurrent use.
 type Collector struct {
-	slo                 SLO
+	slo                 request.SLO
 	requests, completed int
 	retried             int
 	drops               map[string]int
@@ -200,6 +232,36 @@ type Collector struct {
 	started             bool
 	regions             map[string]*regionAcc
 	regionOrder         []string
+	refused, shed       int
+	tenants, classes    map[string]*groupAcc
+}
+
+// groupAcc accumulates a GroupStats.
+type groupAcc struct {
+	requests, refused, shed, hits int
+}
+
+func (g *groupAcc) stats(span float64) GroupStats {
+	s := GroupStats{Requests: g.requests, Refused: g.refused, Shed: g.shed}
+	if g.requests > 0 {
+		s.SLOAttainment = Round(float64(g.hits)/float64(g.requests), 4)
+	}
+	if admitted := g.requests - g.refused; admitted > 0 {
+		s.AdmittedSLOAttainment = Round(float64(g.hits)/float64(admitted), 4)
+	}
+	if span > 0 {
+		s.GoodputRPS = Round(float64(g.hits)/span, 3)
+	}
+	return s
+}
+
+func group(m map[string]*groupAcc, name string) *groupAcc {
+	g := m[name]
+	if g == nil {
+		g = &groupAcc{}
+		m[name] = g
+	}
+	return g
 }
 
 type regionAcc struct {
@@ -208,32 +270,10 @@ type regionAcc struct {
 	prompt, cache int64
 }
 
-// SLO is a time-to-first-token objective: TTFT for any request, plus
-// PerKTokens for every thousand prompt tokens. A flat objective cannot be
-// met by a long prompt even on an idle replica (a 100k-token prompt
-// prefills for seconds), so traces of long contexts scale it with length.
-type SLO struct {
-	TTFT       time.Duration
-	PerKTokens time.Duration
-}
-
-// For is the objective of a request with promptTokens prompt tokens.
-func (s SLO) For(promptTokens int) time.Duration {
-	return s.TTFT + time.Duration(int64(s.PerKTokens)*int64(max(promptTokens, 0))/1000)
-}
-
-// String describes the objective: "2s", or "2s + 100ms per 1k prompt tokens".
-func (s SLO) String() string {
-	if s.PerKTokens <= 0 {
-		return s.TTFT.String()
-	}
-	return s.TTFT.String() + " + " + s.PerKTokens.String() + " per 1k prompt tokens"
-}
-
 // NewCollector returns an empty collector judging TTFT against slo (zero:
 // every completed request meets it).
-func NewCollector(slo SLO) *Collector {
-	return &Collector{slo: slo, drops: map[string]int{}, regions: map[string]*regionAcc{}}
+func NewCollector(slo request.SLO) *Collector {
+	return &Collector{slo: slo, drops: map[string]int{}, regions: map[string]*regionAcc{}, tenants: map[string]*groupAcc{}, classes: map[string]*groupAcc{}}
 }
 
 func (c *Collector) region(name string) *regionAcc {
@@ -257,9 +297,26 @@ func (c *Collector) Add(s Sample) {
 	}
 	in := c.region(s.Ingress)
 	in.stats.Arrivals++
+	class := s.Class
+	if class == "" {
+		class = "standard"
+	}
+	tg, cg := group(c.tenants, s.Tenant), group(c.classes, class)
+	tg.requests++
+	cg.requests++
 	if s.Dropped != "" {
 		c.drops[s.Dropped]++
 		in.stats.Dropped++
+		switch {
+		case Refusal(s.Dropped):
+			c.refused++
+			tg.refused++
+			cg.refused++
+		case s.Dropped == "shed":
+			c.shed++
+			tg.shed++
+			cg.shed++
+		}
 		inf := math.Inf(1)
 		c.ttft, c.e2e, in.ttft = append(c.ttft, inf), append(c.e2e, inf), append(in.ttft, inf)
 		return
@@ -282,6 +339,8 @@ func (c *Collector) Add(s Sample) {
 	in.cache += int64(s.CachedTokens)
 	if c.slo.TTFT <= 0 || s.TTFT <= c.slo.For(s.PromptTokens) {
 		c.sloHits++
+		tg.hits++
+		cg.hits++
 	}
 	if s.Served == s.Ingress || s.Served == "" {
 		in.stats.ServedLocal++
@@ -327,6 +386,22 @@ func (c *Collector) Result(policy string) *Result {
 	if c.requests > 0 {
 		res.SLOAttainment = Round(float64(c.sloHits)/float64(c.requests), 4)
 	}
+	res.Refused, res.Shed = c.refused, c.shed
+	if admitted := c.requests - c.refused; admitted > 0 {
+		res.AdmittedSLOAttainment = Round(float64(c.sloHits)/float64(admitted), 4)
+	}
+	span := (c.last - c.first).Seconds()
+	breakdown := func(m map[string]*groupAcc) map[string]GroupStats {
+		if len(m) < 2 {
+			return nil
+		}
+		out := make(map[string]GroupStats, len(m))
+		for name, g := range m {
+			out[name] = g.stats(span)
+		}
+		return out
+	}
+	res.Tenants, res.Classes = breakdown(c.tenants), breakdown(c.classes)
 	if c.in > 0 {
 		res.CacheHitRate = Round(float64(c.cached)/float64(c.in), 4)
 	}

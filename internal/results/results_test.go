@@ -3,6 +3,7 @@ package results
 import (
 	"encoding/json"
 	"math"
+	"skywalker/internal/request"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestPercentileIsNearestRank(t *testing.T) {
 
 func TestCollectorCountsWhatClientsSaw(t *testing.T) {
 	ms := time.Millisecond
-	c := NewCollector(SLO{TTFT: 500 * ms})
+	c := NewCollector(request.SLO{TTFT: 500 * ms})
 	c.Add(Sample{Ingress: "us", Served: "us", Start: 0, End: 2000 * ms, TTFT: 200 * ms, PromptTokens: 1000, OutputTokens: 11, CachedTokens: 500})
 	c.Add(Sample{Ingress: "us", Served: "eu", Start: 1000 * ms, End: 3000 * ms, TTFT: 700 * ms, PromptTokens: 1000, OutputTokens: 1, Retried: true})
 	c.Add(Sample{Ingress: "eu", Served: "eu", Start: 2000 * ms, End: 4000 * ms, TTFT: 100 * ms, PromptTokens: 2000, OutputTokens: 21})
@@ -91,28 +92,39 @@ func TestANeverAnsweredLatencyIsNullInJSON(t *testing.T) {
 
 func TestAnSLOScaledByPromptLengthJudgesEachRequestByItsOwn(t *testing.T) {
 	ms := time.Millisecond
-	slo := SLO{TTFT: 2 * time.Second, PerKTokens: 100 * ms}
-	tests := []struct {
-		prompt int
-		want   time.Duration
-	}{
-		{0, 2 * time.Second},
-		{500, 2050 * ms},
-		{100_000, 12 * time.Second},
-		{-5, 2 * time.Second},
-	}
-	for _, tc := range tests {
-		if got := slo.For(tc.prompt); got != tc.want {
-			t.Errorf("For(%d) = %v, want %v", tc.prompt, got, tc.want)
-		}
-	}
-	if got := slo.String(); got != "2s + 100ms per 1k prompt tokens" {
-		t.Errorf("String() = %q", got)
-	}
-	c := NewCollector(slo)
+	c := NewCollector(request.SLO{TTFT: 2 * time.Second, PerKTokens: 100 * ms})
 	c.Add(Sample{Ingress: "us", Served: "us", End: 20 * time.Second, TTFT: 9 * time.Second, PromptTokens: 100_000}) // within 12 s
 	c.Add(Sample{Ingress: "us", Served: "us", End: 20 * time.Second, TTFT: 2100 * ms, PromptTokens: 500})           // over 2.05 s
 	if r := c.Result("p"); r.SLOAttainment != 0.5 {
 		t.Errorf("SLO attainment %v, want 0.5: the long prompt meets its own objective, the short one misses", r.SLOAttainment)
+	}
+}
+
+func TestAdmissionIsCountedApartFromFailures(t *testing.T) {
+	ms := time.Millisecond
+	c := NewCollector(request.SLO{TTFT: time.Second})
+	c.Add(Sample{Ingress: "us", Served: "us", End: time.Second, TTFT: 200 * ms, Tenant: "a", Class: "critical"})
+	c.Add(Sample{Ingress: "us", Served: "us", End: 3 * time.Second, TTFT: 1500 * ms, Tenant: "a"}) // late
+	c.Add(Sample{Ingress: "us", Dropped: "overloaded", Tenant: "b"})                               // refused on arrival
+	c.Add(Sample{Ingress: "us", Dropped: "shed", Tenant: "b"})                                     // admitted, then shed
+	c.Add(Sample{Ingress: "us", Dropped: "queue_full", Tenant: "b"})                               // refused on arrival
+	r := c.Result("p")
+	if r.Refused != 2 || r.Shed != 1 {
+		t.Errorf("refused %d shed %d, want 2 and 1", r.Refused, r.Shed)
+	}
+	if r.SLOAttainment != 0.2 || r.AdmittedSLOAttainment != 0.3333 {
+		t.Errorf("SLO %v admitted SLO %v, want 0.2 of all and 1/3 of the admitted", r.SLOAttainment, r.AdmittedSLOAttainment)
+	}
+	a, b := r.Tenants["a"], r.Tenants["b"]
+	if a.Requests != 2 || a.SLOAttainment != 0.5 || b.Requests != 3 || b.Refused != 2 || b.Shed != 1 || b.AdmittedSLOAttainment != 0 {
+		t.Errorf("tenants %+v", r.Tenants)
+	}
+	if r.Classes["critical"].Requests != 1 || r.Classes["standard"].Requests != 4 {
+		t.Errorf("classes %+v", r.Classes)
+	}
+	one := NewCollector(request.SLO{TTFT: time.Second})
+	one.Add(Sample{Ingress: "us", Served: "us", End: time.Second, TTFT: 10 * ms})
+	if r := one.Result("p"); r.Tenants != nil || r.Classes != nil {
+		t.Error("a run with one tenant and one class has no breakdown")
 	}
 }

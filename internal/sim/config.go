@@ -2,7 +2,7 @@ package sim
 
 import (
 	"fmt"
-	"skywalker/internal/results"
+	"skywalker/internal/request"
 	"time"
 
 	"skywalker/internal/balancer"
@@ -80,7 +80,7 @@ type Config struct {
 	// proxy's and the mesh's defaults.
 	Control region.ControlPlane
 
-	SLO    results.SLO // TTFT objective
+	SLO    request.SLO // TTFT objective
 	Faults []Fault
 	Seed   uint64
 

@@ -270,7 +270,7 @@ func (k sink) FirstToken(s *engine.Sequence, _ time.Time) {
 	sr := s.Data.(*simRequest)
 	sr.firstToken = k.r.w.now
 	if k.rp.site == k.r.site {
-		k.r.core.FirstToken(sr.req)
+		k.r.core.FirstToken(k.r.now(), sr.req)
 		return
 	}
 	k.r.w.push(event{at: k.r.w.now + k.r.w.oneWay(k.rp.site, k.r.site), kind: evFirstNotice, router: int32(k.r.idx), req: sr})

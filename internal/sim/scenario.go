@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"skywalker/internal/results"
+	"skywalker/internal/request"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -34,6 +34,9 @@ type Scenario struct {
 	Control     ScenarioControl  `yaml:"control_plane"`
 	Workload    ScenarioWorkload `yaml:"workload"`
 	Faults      []ScenarioFault  `yaml:"faults"`
+	// Sweep, if set, is the offered loads (multiples of the rate) that
+	// `skywalker sim` replays the scenario at by default.
+	Sweep []float64 `yaml:"sweep"`
 	// PlanCapacity is the requests/s one replica serves within the SLO on
 	// this workload, for `skywalker plan` (measure it with
 	// --measure-capacity).
@@ -63,13 +66,13 @@ type ScenarioLink struct {
 type ScenarioSLO struct {
 	TTFT time.Duration `yaml:"ttft"`
 	// TTFTPer1kTokens adds this much to the objective per thousand prompt
-	// tokens (for traces of long prompts; see results.SLO).
+	// tokens (for traces of long prompts; see request.SLO).
 	TTFTPer1kTokens time.Duration `yaml:"ttft_per_1k_tokens"`
 }
 
 // Objective is the scenario's SLO as results judge it.
-func (s ScenarioSLO) Objective() results.SLO {
-	return results.SLO{TTFT: s.TTFT, PerKTokens: s.TTFTPer1kTokens}
+func (s ScenarioSLO) Objective() request.SLO {
+	return request.SLO{TTFT: s.TTFT, PerKTokens: s.TTFTPer1kTokens}
 }
 
 // ScenarioBalancer tunes every region's balancer queue.
@@ -77,7 +80,17 @@ type ScenarioBalancer struct {
 	MaxQueue    int           `yaml:"max_queue"`
 	MaxWait     time.Duration `yaml:"max_wait"`
 	MaxInFlight int           `yaml:"max_in_flight"`
+	// Admission is SLO-aware admission with the scenario's SLO as every
+	// class's objective (balancer.Config.Objectives); default on.
+	Admission *bool `yaml:"admission"`
+	// FIFO turns per-tenant fair queuing off.
+	FIFO bool `yaml:"fifo"`
+	// TenantMaxHeld bounds each tenant's held requests per balancer.
+	TenantMaxHeld int `yaml:"tenant_max_held"`
 }
+
+// AdmissionOn reports whether the scenario's balancers admit by SLO.
+func (b ScenarioBalancer) AdmissionOn() bool { return b.Admission == nil || *b.Admission }
 
 // ScenarioControl tunes the simulated control plane; every field defaults
 // to the product's own (region.DefaultControlPlane).
@@ -112,8 +125,15 @@ type ScenarioWorkload struct {
 	MaxOutputTokens    int           `yaml:"max_output_tokens"`
 	Lengths            string        `yaml:"lengths"` // an Azure trace file name, or "synthetic"
 	BlockTokens        int           `yaml:"block_tokens"`
-	Bursts             []struct {
-		Region     string        `yaml:"region"`
+	// TenantShares weighs the tenants' shares of new sessions.
+	TenantShares []float64 `yaml:"tenant_shares"`
+	// CriticalShare and SheddableShare are the fractions of sessions of
+	// those priority classes.
+	CriticalShare  float64 `yaml:"critical_share"`
+	SheddableShare float64 `yaml:"sheddable_share"`
+	Bursts         []struct {
+		Region     string        `yaml:"region"` // one region's demand; with tenant, "" is every region
+		Tenant     string        `yaml:"tenant"` // one tenant's demand ("tenant-0", ...)
 		At         time.Duration `yaml:"at"`
 		Duration   time.Duration `yaml:"duration"`
 		Multiplier float64       `yaml:"multiplier"`
@@ -194,12 +214,16 @@ func (s *Scenario) validate() error {
 	check(s.SLO.TTFT > 0, "slo.ttft must be positive")
 	check(s.SLO.TTFTPer1kTokens >= 0, "slo.ttft_per_1k_tokens must not be negative")
 	check(s.PlanCapacity >= 0, "plan_capacity must not be negative")
+	for i, x := range s.Sweep {
+		check(x > 0 && x <= 100, "sweep[%d] must be in (0, 100]", i)
+	}
 	for i, p := range s.Policies {
 		if _, err := policy.New(p, policy.DefaultConfig()); err != nil {
 			errs = append(errs, fmt.Errorf("policies[%d]: %w", i, err))
 		}
 	}
-	check(s.Balancer.MaxQueue >= 0 && s.Balancer.MaxWait >= 0 && s.Balancer.MaxInFlight >= 0, "balancer values must not be negative")
+	check(s.Balancer.MaxQueue >= 0 && s.Balancer.MaxWait >= 0 && s.Balancer.MaxInFlight >= 0 && s.Balancer.TenantMaxHeld >= 0,
+		"balancer values must not be negative")
 	check(s.Control.LoadInterval >= 0 && s.Control.DigestInterval >= 0 && s.Control.Scrape >= 0 && s.Control.ProbeInterval >= 0 && s.Control.MaxWANRTT >= 0,
 		"control_plane intervals must not be negative")
 	w := s.Workload
@@ -214,7 +238,13 @@ func (s *Scenario) validate() error {
 		check(w.ResidencyShare >= 0 && w.ResidencyShare <= 1, "workload.residency_share must be in [0, 1]")
 		check(w.StartHour >= 0 && w.StartHour < 24, "workload.start_hour must be in [0, 24)")
 		for i, b := range w.Bursts {
-			check(names[b.Region], "workload.bursts[%d].region %q is not a listed region", i, b.Region)
+			check(names[b.Region] || b.Region == "" && b.Tenant != "", "workload.bursts[%d].region %q is not a listed region", i, b.Region)
+			if b.Tenant != "" {
+				var k int
+				_, err := fmt.Sscanf(b.Tenant, "tenant-%d", &k)
+				check(err == nil && k >= 0 && k < w.Tenants && b.Tenant == fmt.Sprint("tenant-", k),
+					"workload.bursts[%d].tenant %q must name one of the %d tenants as tenant-<i>", i, b.Tenant, w.Tenants)
+			}
 			check(b.Duration > 0 && b.Multiplier > 0 && b.At >= 0, "workload.bursts[%d] needs at >= 0, a positive duration and multiplier", i)
 		}
 	case "mooncake", "azure":
@@ -253,11 +283,17 @@ func (s *Scenario) PolicyNames() []string {
 // for the scenario. trace overrides the scenario's trace file when set.
 func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 	cfg := Config{Seed: s.Seed, SLO: s.SLO.Objective(), Jitter: time.Duration(s.JitterMs * float64(time.Millisecond)),
-		ClientRTT:   time.Duration(s.ClientRTTMs * float64(time.Millisecond)),
-		Balancer:    balancer.Config{MaxQueue: s.Balancer.MaxQueue, MaxWait: s.Balancer.MaxWait},
+		ClientRTT: time.Duration(s.ClientRTTMs * float64(time.Millisecond)),
+		Balancer: balancer.Config{MaxQueue: s.Balancer.MaxQueue, MaxWait: s.Balancer.MaxWait, FIFO: s.Balancer.FIFO,
+			TenantMaxHeld: s.Balancer.TenantMaxHeld},
 		MaxInFlight: s.Balancer.MaxInFlight, Control: region.ControlPlane{LoadInterval: s.Control.LoadInterval,
 			DigestInterval: s.Control.DigestInterval, ScrapeInterval: s.Control.Scrape, ProbeInterval: s.Control.ProbeInterval,
 			MaxWANRTT: s.Control.MaxWANRTT}}
+	if s.Balancer.AdmissionOn() {
+		for c := range cfg.Balancer.Objectives {
+			cfg.Balancer.Objectives[c] = cfg.SLO
+		}
+	}
 	first, err := engine.LookupProfile(s.Regions[0].Profile)
 	if err != nil {
 		return Config{}, nil, err
@@ -312,13 +348,13 @@ func (s *Scenario) workload(loads []workload.RegionLoad, trace string) (*Workloa
 	case "diurnal":
 		d := &workload.Diurnal{Regions: loads, Day: w.Day, Duration: w.Duration, StartHour: w.StartHour, PeakRPS: w.PeakRPS,
 			ValleyRatio: w.ValleyRatio, PeakHour: w.PeakHour, MeanTurns: w.MeanTurns, ThinkTime: w.ThinkTime, FollowUpShare: w.FollowUpShare,
-			Tenants: w.Tenants, TenantPromptTokens: w.TenantPromptTokens, ResidencyShare: w.ResidencyShare,
+			Tenants: w.Tenants, TenantPromptTokens: w.TenantPromptTokens, TenantShares: w.TenantShares, CriticalShare: w.CriticalShare, SheddableShare: w.SheddableShare, ResidencyShare: w.ResidencyShare,
 			MaxPromptTokens: w.MaxPromptTokens, MaxOutputTokens: w.MaxOutputTokens, BlockTokens: w.BlockTokens, Seed: s.Seed}
 		if d.BlockTokens == 0 {
 			d.BlockTokens = 128
 		}
 		for _, b := range w.Bursts {
-			d.Bursts = append(d.Bursts, workload.Burst{Region: b.Region, At: b.At, Duration: b.Duration, Multiplier: b.Multiplier})
+			d.Bursts = append(d.Bursts, workload.Burst{Region: b.Region, Tenant: b.Tenant, At: b.At, Duration: b.Duration, Multiplier: b.Multiplier})
 		}
 		lengths := w.Lengths
 		if lengths == "" {

@@ -273,7 +273,7 @@ func (w *world) handle(e event) error {
 		r.core.PumpDepth(r.now(), 1)
 		r.scheduleExpire()
 	case evFirstNotice:
-		r.core.FirstToken(e.req.req)
+		r.core.FirstToken(r.now(), e.req.req)
 	case evClientTimeout:
 		w.giveUp(e.req)
 	case evScrape:
@@ -416,7 +416,7 @@ func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
 // reason (or completed, when reason is empty).
 func (w *world) sample(sr *simRequest, reason string) results.Sample {
 	s := results.Sample{Ingress: w.cfg.Regions[sr.client].Name, Start: sr.arrival, PromptTokens: sr.req.PromptTokens,
-		Retried: sr.retries > 0, Dropped: reason}
+		Retried: sr.retries > 0, Dropped: reason, Tenant: sr.req.Tenant, Class: sr.req.Class.String()}
 	if reason == "" {
 		s.Held = sr.dispatched - sr.arrival
 	}

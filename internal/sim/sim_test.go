@@ -3,6 +3,7 @@ package sim
 import (
 	"encoding/json"
 	"os"
+	"skywalker/internal/request"
 	"strings"
 	"testing"
 	"time"
@@ -88,7 +89,7 @@ func TestQuickstartServesEveryRequest(t *testing.T) {
 func oneRegion(t testing.TB, policyName string, replicas int, rps float64, tenants int) (Config, workload.Diurnal) {
 	p, _ := engine.LookupProfile("llama3-8b-a100")
 	cfg := Config{Regions: []RegionSpec{{Name: "solo", Replicas: replicas, Profile: p, Jurisdiction: "us"}},
-		RTT: [][]time.Duration{{0}}, Policy: policyName, SLO: results.SLO{TTFT: time.Second}, Seed: 5}
+		RTT: [][]time.Duration{{0}}, Policy: policyName, SLO: request.SLO{TTFT: time.Second}, Seed: 5}
 	d := workload.Diurnal{Regions: []workload.RegionLoad{{Name: "solo", Jurisdiction: "us"}}, Day: time.Hour, Duration: 10 * time.Minute,
 		PeakRPS: rps, ValleyRatio: 1, MeanTurns: 1, Tenants: tenants, TenantPromptTokens: 1024, Lengths: workload.Synthetic(),
 		MaxOutputTokens: 256, MaxPromptTokens: 8192, BlockTokens: 128, Seed: 5}

@@ -20,13 +20,18 @@ type RegionLoad struct {
 	Jurisdiction string  // for requests with data residency
 }
 
-// Burst multiplies one region's demand for a while (the burst scenario).
+// Burst multiplies demand for a while: one region's (the burst
+// scenario), one tenant's in every region (the noisy neighbour), or one
+// tenant's in one region.
 type Burst struct {
-	Region     string
+	Region     string // "" with a Tenant: every region
+	Tenant     string // "" for every tenant; else "tenant-<i>"
 	At         time.Duration
 	Duration   time.Duration
 	Multiplier float64
 }
+
+func (b Burst) active(t time.Duration) bool { return t >= b.At && t < b.At+b.Duration }
 
 // Diurnal describes a multi-region workload whose demand follows each
 // region's 24-hour curve: a raised cosine peaking at PeakHour local time
@@ -50,15 +55,21 @@ type Diurnal struct {
 	MeanTurns          float64       // mean turns per session (geometric); >= 1
 	ThinkTime          time.Duration // mean gap between turns
 	FollowUpShare      float64       // a later turn's new message, as a fraction of a drawn prompt length; default 0.25
-	Tenants            int           // shared system prompts; 0 for none
+	Tenants            int           // tenants, each with its own shared system prompt; 0 for none
 	TenantPromptTokens int
-	ResidencyShare     float64 // fraction of sessions that must stay in their region's jurisdiction
-	MaxPromptTokens    int     // a session ends before its prompt would exceed this
-	MaxOutputTokens    int     // drawn outputs are capped here; 0 for no cap
-	Lengths            *LengthDist
-	BlockTokens        int
-	Seed               uint64
-	HashSeed           uint64 // request hash chain seed; default request.DefaultSeed
+	// TenantShares weighs how often a new session belongs to each tenant
+	// (len Tenants); empty for equal shares.
+	TenantShares []float64
+	// CriticalShare and SheddableShare are the fractions of sessions whose
+	// requests are of those priority classes; the rest are standard.
+	CriticalShare, SheddableShare float64
+	ResidencyShare                float64 // fraction of sessions that must stay in their region's jurisdiction
+	MaxPromptTokens               int     // a session ends before its prompt would exceed this
+	MaxOutputTokens               int     // drawn outputs are capped here; 0 for no cap
+	Lengths                       *LengthDist
+	BlockTokens                   int
+	Seed                          uint64
+	HashSeed                      uint64 // request hash chain seed; default request.DefaultSeed
 }
 
 func (d *Diurnal) validate() error {
@@ -77,8 +88,51 @@ func (d *Diurnal) validate() error {
 		return errors.New("diurnal workload: block tokens must be positive")
 	case d.Lengths == nil:
 		return errors.New("diurnal workload: no length distribution")
+	case d.CriticalShare < 0 || d.SheddableShare < 0 || d.CriticalShare+d.SheddableShare > 1:
+		return errors.New("diurnal workload: priority shares must be non-negative and sum to at most 1")
+	case len(d.TenantShares) > 0 && len(d.TenantShares) != d.Tenants:
+		return fmt.Errorf("diurnal workload: %d tenant shares for %d tenants", len(d.TenantShares), d.Tenants)
+	}
+	for i, s := range d.TenantShares {
+		if s < 0 || math.IsNaN(s) || math.IsInf(s, 0) {
+			return fmt.Errorf("diurnal workload: tenant share %d is %v", i, s)
+		}
 	}
 	return nil
+}
+
+// tenantName is tenant i's key, as requests carry it.
+func tenantName(i int) string { return "tenant-" + strconv.Itoa(i) }
+
+// share is tenant i's share of new sessions, unnormalised.
+func (d *Diurnal) share(i int) float64 {
+	if len(d.TenantShares) == 0 {
+		return 1
+	}
+	return d.TenantShares[i]
+}
+
+// tenantWeights are each tenant's weight among region i's new sessions at
+// t (share × its active bursts' multipliers), and their sum over the sum
+// of plain shares: how much tenant bursts raise the region's rate.
+func (d *Diurnal) tenantWeights(region int, t time.Duration, into []float64) ([]float64, float64) {
+	into = into[:0]
+	var total, plain float64
+	for k := range d.Tenants {
+		w := d.share(k)
+		plain += w
+		for _, b := range d.Bursts {
+			if b.Tenant == tenantName(k) && (b.Region == "" || b.Region == d.Regions[region].Name) && b.active(t) {
+				w *= b.Multiplier
+			}
+		}
+		into = append(into, w)
+		total += w
+	}
+	if plain <= 0 {
+		return into, 1
+	}
+	return into, total / plain
 }
 
 // Shape is the demand curve at a local hour, in (0, 1], 1 at the peak.
@@ -104,11 +158,25 @@ func (d *Diurnal) Rate(i int, t time.Duration) float64 {
 	}
 	rate := d.PeakRPS * w * d.Shape(math.Mod(d.Hour(t)+r.UTCOffset+48, 24))
 	for _, b := range d.Bursts {
-		if b.Region == r.Name && t >= b.At && t < b.At+b.Duration {
+		if b.Tenant == "" && b.Region == r.Name && b.active(t) {
 			rate *= b.Multiplier
 		}
 	}
+	if d.Tenants > 0 && d.tenantBursts() {
+		_, f := d.tenantWeights(i, t, nil)
+		rate *= f
+	}
 	return rate
+}
+
+// tenantBursts reports whether any burst is a tenant's.
+func (d *Diurnal) tenantBursts() bool {
+	for _, b := range d.Bursts {
+		if b.Tenant != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // maxRate bounds Rate for region i over all time (for thinning).
@@ -119,11 +187,19 @@ func (d *Diurnal) maxRate(i int) float64 {
 	}
 	m := 1.0
 	for _, b := range d.Bursts {
-		if b.Region == d.Regions[i].Name {
-			m = max(m, b.Multiplier)
+		if b.Tenant == "" && b.Region == d.Regions[i].Name {
+			m *= max(b.Multiplier, 1)
 		}
 	}
-	return d.PeakRPS * w * m
+	// Tenant bursts raise a region's rate by at most the largest
+	// multiplier applied to every tenant.
+	tm := 1.0
+	for _, b := range d.Bursts {
+		if b.Tenant != "" && (b.Region == "" || b.Region == d.Regions[i].Name) {
+			tm *= max(b.Multiplier, 1)
+		}
+	}
+	return d.PeakRPS * w * m * tm
 }
 
 // Source returns the workload's arrivals in time order. Each call starts a
@@ -160,6 +236,7 @@ type diurnalSource struct {
 	rng      *rand.Rand
 	pending  eventHeap
 	tenants  [][]uint64
+	weights  []float64 // pickTenant's scratch
 	sessions uint64
 	requests uint64
 	order    uint64
@@ -173,6 +250,8 @@ type session struct {
 	turns     int      // turns emitted so far
 	turnsLeft int
 	residency string
+	tenant    string // "" without tenants
+	class     request.Class
 }
 
 type event struct {
@@ -228,7 +307,7 @@ func (g *diurnalSource) Next() (Arrival, bool) {
 		e := heap.Pop(&g.pending).(event)
 		s := e.sess
 		if s == nil {
-			s = g.newSession(e.region)
+			s = g.newSession(e.region, e.at)
 			g.scheduleNewSession(e.region, e.at)
 		}
 		if a, ok := g.turn(s, e.at); ok {
@@ -238,7 +317,7 @@ func (g *diurnalSource) Next() (Arrival, bool) {
 	return Arrival{}, false
 }
 
-func (g *diurnalSource) newSession(region int) *session {
+func (g *diurnalSource) newSession(region int, at time.Duration) *session {
 	g.sessions++
 	s := &session{id: g.sessions, region: region}
 	// Geometric number of turns with the configured mean.
@@ -248,13 +327,43 @@ func (g *diurnalSource) newSession(region int) *session {
 		s.turnsLeft++
 	}
 	if len(g.tenants) > 0 {
-		s.chain = append(s.chain, g.tenants[g.rng.IntN(len(g.tenants))]...)
+		t := g.pickTenant(region, at)
+		s.chain = append(s.chain, g.tenants[t]...)
 		s.tokens = len(s.chain) * g.d.BlockTokens
+		s.tenant = tenantName(t)
 	}
 	if g.rng.Float64() < g.d.ResidencyShare {
 		s.residency = g.d.Regions[region].Jurisdiction
 	}
+	if g.d.CriticalShare > 0 || g.d.SheddableShare > 0 {
+		switch x := g.rng.Float64(); {
+		case x < g.d.CriticalShare:
+			s.class = request.Critical
+		case x < g.d.CriticalShare+g.d.SheddableShare:
+			s.class = request.Sheddable
+		}
+	}
 	return s
+}
+
+// pickTenant draws a new session's tenant by the tenants' weights at.
+func (g *diurnalSource) pickTenant(region int, at time.Duration) int {
+	if len(g.d.TenantShares) == 0 && !g.d.tenantBursts() {
+		return g.rng.IntN(len(g.tenants)) // equal shares: one draw, as always
+	}
+	var total float64
+	g.weights, _ = g.d.tenantWeights(region, at, g.weights)
+	for _, w := range g.weights {
+		total += w
+	}
+	x := g.rng.Float64() * total
+	for k, w := range g.weights {
+		if x < w {
+			return k
+		}
+		x -= w
+	}
+	return len(g.weights) - 1
 }
 
 // extend appends n tokens of new conversation text to the session.
@@ -297,6 +406,8 @@ func (g *diurnalSource) turn(s *session, at time.Duration) (Arrival, bool) {
 		BlockTokens:  g.d.BlockTokens,
 		Session:      fmt.Sprintf("s%d", s.id),
 		Residency:    s.residency,
+		Tenant:       s.tenant,
+		Class:        s.class,
 	}
 	g.extend(s, out) // the answer becomes part of the next turn's prompt
 	s.turns++

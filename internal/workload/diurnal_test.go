@@ -153,3 +153,39 @@ func TestValidate(t *testing.T) {
 		t.Error("a zero valley ratio must be refused")
 	}
 }
+
+// TestATenantBurstRaisesOnlyThatTenantsDemand: two tenants at equal
+// shares on flat demand; tenant-0 triples for a third of the run.
+func TestATenantBurstRaisesOnlyThatTenantsDemand(t *testing.T) {
+	d := testDiurnal()
+	d.ValleyRatio, d.Tenants, d.MeanTurns = 1, 2, 1
+	d.Bursts = []Burst{{Tenant: "tenant-0", At: 8 * time.Minute, Duration: 8 * time.Minute, Multiplier: 3}}
+	src, err := d.Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string][3]int{} // tenant → before, during, after
+	for {
+		a, ok := src.Next()
+		if !ok {
+			break
+		}
+		c := counts[a.Request.Tenant]
+		c[int(a.At/(8*time.Minute))]++
+		counts[a.Request.Tenant] = c
+	}
+	noisy, quiet := counts["tenant-0"], counts["tenant-1"]
+	if r := float64(noisy[1]) / float64(noisy[0]); r < 2.6 || r > 3.4 {
+		t.Errorf("tenant-0 during/before the burst: %d/%d = %.2f, want about 3", noisy[1], noisy[0], r)
+	}
+	if r := float64(quiet[1]) / float64(quiet[0]); r < 0.85 || r > 1.15 {
+		t.Errorf("tenant-1 during/before: %d/%d = %.2f, want about 1", quiet[1], quiet[0], r)
+	}
+	if r := float64(noisy[2]) / float64(noisy[0]); r < 0.85 || r > 1.15 {
+		t.Errorf("tenant-0 after/before: %.2f, want about 1", r)
+	}
+	d.TenantShares = []float64{1}
+	if _, err := d.Source(); err == nil {
+		t.Error("one share for two tenants was accepted")
+	}
+}
