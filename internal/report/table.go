@@ -93,7 +93,7 @@ func Table(w io.Writer, rep *results.Report) error {
 
 // maxTableTenants: the tables break a run down by tenant only up to this
 // many tenants (the JSON always has them all).
-const maxTableTenants = 8
+const maxTableTenants = 4
 
 // breakdowns writes, for runs with more than one tenant (up to
 // maxTenants) or priority class, how each fared:
