@@ -62,7 +62,7 @@ step times from a hardware profile (` + strings.Join(engine.ProfileNames(), ", "
 	f.IntVar(&ecfg.BlockSize, "block-size", 0, "tokens per KV block (default: the profile's, 16)")
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 0, "most sequences running at once (default: the profile's)")
 	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "token budget per step (default: the profile's)")
-	f.StringVar(&scfg.MetricsStyle, "metrics-style", "vllm", "metric names: vllm or sglang")
+	f.StringVar(&scfg.MetricsStyle, "metrics-style", "vllm", "metric names: vllm, sglang, or none (no /metrics, as llama.cpp servers)")
 	f.Float64Var(&scfg.TimeScale, "time-scale", 1, "run the model this many times faster than real time")
 	f.Uint64Var(&scfg.Seed, "seed", 1, "seed for output text and fault injection")
 	f.IntVar(&scfg.DefaultMaxTokens, "default-max-tokens", 256, "tokens generated when a request sets no limit")

@@ -20,7 +20,7 @@ import (
 func newServeCommand() *cobra.Command {
 	var configFile string
 	flagCfg := proxy.DefaultConfig()
-	var peers, workers, keys string
+	var peers, workers, keys, emulateWAN string
 	var wanMs float64
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -32,7 +32,7 @@ the environment (REGION_ID, PEER_REGIONS, LOCAL_WORKER_POOL,
 MAX_WAN_RTT_THRESHOLD_MS, SKYWALKER_*), then --config YAML, then defaults.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := loadServeConfig(cmd.Flags(), configFile, os.Getenv, flagCfg, peers, workers, keys, wanMs)
+			cfg, err := loadServeConfig(cmd.Flags(), configFile, os.Getenv, flagCfg, peers, workers, keys, wanMs, emulateWAN)
 			if err != nil {
 				return err
 			}
@@ -59,12 +59,13 @@ MAX_WAN_RTT_THRESHOLD_MS, SKYWALKER_*), then --config YAML, then defaults.`,
 	f.StringVar(&flagCfg.Profile, "profile", flagCfg.Profile, "the replicas' engine profile, for prefill estimates")
 	f.StringVar(&flagCfg.MeshPreset, "mesh-preset", flagCfg.MeshPreset, "memberlist timing preset: wan, lan, local")
 	f.IntVar(&flagCfg.MaxInFlight, "max-in-flight", flagCfg.MaxInFlight, "requests in flight per replica before the balancer holds")
+	f.StringVar(&emulateWAN, "emulate-wan", "", "add WAN delay on links to peer regions, REGION=RTT,... (e.g. eu-west=72ms): several regions on one host (SKYWALKER_EMULATE_WAN)")
 	return cmd
 }
 
 // loadServeConfig applies defaults < file < environment < explicitly set flags.
 func loadServeConfig(flags *pflag.FlagSet, file string, getenv func(string) string, fromFlags proxy.Config,
-	peers, workers, keys string, wanMs float64) (proxy.Config, error) {
+	peers, workers, keys string, wanMs float64, emulateWAN string) (proxy.Config, error) {
 	cfg := proxy.DefaultConfig()
 	if file != "" {
 		data, err := os.ReadFile(file)
@@ -101,6 +102,10 @@ func loadServeConfig(flags *pflag.FlagSet, file string, getenv func(string) stri
 	set("peers", func() { cfg.Peers, err = proxy.ParsePeers(peers) })
 	if err != nil {
 		return cfg, fmt.Errorf("--peers: %w", err)
+	}
+	set("emulate-wan", func() { cfg.EmulateWAN, err = proxy.ParseEmulateWAN(emulateWAN) })
+	if err != nil {
+		return cfg, fmt.Errorf("--emulate-wan: %w", err)
 	}
 	return cfg, cfg.Validate()
 }

@@ -30,14 +30,14 @@ func TestServeConfigPrecedence(t *testing.T) {
 	env := map[string]string{"REGION_ID": "env-region", "SKYWALKER_LISTEN": ":8100", "LOCAL_WORKER_POOL": "http://env:8000"}
 	listen, _ := cmd.Flags().GetString("listen")
 	base := cmdFlagsConfig(listen)
-	cfg, err := loadServeConfig(cmd.Flags(), file, func(k string) string { return env[k] }, base, "", "", "", 120)
+	cfg, err := loadServeConfig(cmd.Flags(), file, func(k string) string { return env[k] }, base, "", "", "", 120, "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Listen != ":9100" || cfg.Region != "env-region" || cfg.Policy != "local" || cfg.WorkerPool[0] != "http://env:8000" || cfg.Profile != engine.DefaultProfile {
 		t.Errorf("flags > env > file > defaults violated: %+v", cfg)
 	}
-	if _, err := loadServeConfig(cmd.Flags(), "", func(string) string { return "" }, base, "", "", "", 120); err == nil ||
+	if _, err := loadServeConfig(cmd.Flags(), "", func(string) string { return "" }, base, "", "", "", 120, ""); err == nil ||
 		!strings.Contains(err.Error(), "REGION_ID") {
 		t.Errorf("missing region: err = %v", err)
 	}

@@ -24,7 +24,7 @@ func newSimCommand() *cobra.Command {
 	var (
 		scenario, policies, format, out, sweep, trace string
 		seed                                          uint64
-		quiet, fifo, noAdmission                      bool
+		quiet, fifo, noAdmission, noCacheTruth        bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -39,7 +39,7 @@ attainment, cache hit rate and cross-region traffic.`,
 			if err != nil {
 				return err
 			}
-			opt := sim.Options{Seed: seed, Trace: trace}
+			opt := sim.Options{Seed: seed, Trace: trace, NoCacheTruth: noCacheTruth}
 			if policies != "" {
 				opt.Policies = strings.Split(policies, ",")
 			}
@@ -102,6 +102,7 @@ attainment, cache hit rate and cross-region traffic.`,
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	f.BoolVar(&fifo, "fifo", false, "turn per-tenant fair queuing off: each class in arrival order")
 	f.BoolVar(&noAdmission, "no-admission", false, "turn SLO-aware admission off: hold every request until its deadline")
+	f.BoolVar(&noCacheTruth, "no-cache-truth", false, "turn cache-truth feedback off: engines' cached-token counts do not correct the routers' prefix index")
 	return cmd
 }
 

@@ -2,7 +2,9 @@ package mesh
 
 import (
 	"log/slog"
+	"net"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -89,7 +91,7 @@ func (e events) NotifyUpdate(n *memberlist.Node) { e.m.upsert(n) }
 func (e events) NotifyLeave(n *memberlist.Node) {
 	e.m.mu.Lock()
 	defer e.m.mu.Unlock()
-	e.m.table.Leave(n.Name)
+	e.m.table.Leave(n.Name, time.Now())
 	delete(e.m.members, n.Name)
 	delete(e.m.sentGen, n.Name)
 	e.m.log.Info("peer left", "peer", n.Name)
@@ -108,6 +110,9 @@ func (m *Mesh) upsert(n *memberlist.Node) {
 	}
 	own := memberlist.Node{Name: n.Name, Addr: slices.Clone(n.Addr), Port: n.Port, PMin: n.PMin, PMax: n.PMax, PCur: n.PCur,
 		DMin: n.DMin, DMax: n.DMax, DCur: n.DCur}
+	if dt, ok := m.cfg.Transport.(*delayTransport); ok {
+		dt.links.Learn(net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))), md.Region)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.table.Join(n.Name, md) {

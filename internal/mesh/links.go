@@ -52,16 +52,28 @@ func (l *Links) oneWay(from, toAddr string) time.Duration {
 // Transport returns a loopback transport for a node of region, bound to a
 // free port, whose traffic is delayed by the emulated links.
 func (l *Links) Transport(region string) (memberlist.Transport, error) {
+	return l.TransportAt(region, "127.0.0.1", 0)
+}
+
+// TransportAt is Transport bound to host:port (0: a free port): what
+// `skywalker serve --emulate-wan` uses, one process per region. The
+// regions of peers in other processes are learned as they join the mesh
+// (Learn).
+func (l *Links) TransportAt(region, host string, port int) (memberlist.Transport, error) {
 	nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{"127.0.0.1"}, BindPort: 0, Logger: log.New(io.Discard, "", 0)})
+		BindAddrs: []string{host}, BindPort: port, Logger: log.New(io.Discard, "", 0)})
 	if err != nil {
-		return nil, fmt.Errorf("mesh: loopback transport: %w", err)
+		return nil, fmt.Errorf("mesh: emulated-WAN transport on %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), err)
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(nt.GetAutoBindPort()))
-	l.mu.Lock()
-	l.region[addr] = region
-	l.mu.Unlock()
+	l.Learn(net.JoinHostPort(host, strconv.Itoa(nt.GetAutoBindPort())), region)
 	return &delayTransport{Transport: nt, links: l, region: region}, nil
+}
+
+// Learn records that the mesh node at addr (host:port) is in region.
+func (l *Links) Learn(addr, region string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.region[addr] = region
 }
 
 // delayTransport delays a NetTransport's outbound traffic. It embeds only

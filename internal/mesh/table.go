@@ -40,6 +40,19 @@ type Table struct {
 	// groups are the peer nodes by region, sorted (byRegion), until the
 	// membership changes (groups == nil).
 	groups []regionNodes
+	// left are regions whose last node left, with when: they are listed
+	// unhealthy until ForgetLeft has passed, so that a dashboard's
+	// "peer_healthy == 0" alert sees them go rather than vanish.
+	left map[string]leftRegion
+}
+
+// ForgetLeft is how long a region whose every node left is still listed,
+// unhealthy.
+const ForgetLeft = 10 * time.Minute
+
+type leftRegion struct {
+	jurisdiction string
+	at           time.Time
 }
 
 type regionNodes struct {
@@ -74,7 +87,7 @@ type unionCache struct {
 // NewTable returns an empty table for a node of region self.
 func NewTable(self string, cp region.ControlPlane) *Table {
 	return &Table{self: self, params: GateParamsFrom(cp), maxDataAge: cp.MaxDataAge, nodes: map[string]*nodeState{},
-		links: map[string]*Gate{}, unions: map[string]*unionCache{}, probeAt: map[string]int{}}
+		links: map[string]*Gate{}, unions: map[string]*unionCache{}, probeAt: map[string]int{}, left: map[string]leftRegion{}}
 }
 
 // Join records a live node (or new metadata for one) and reports whether
@@ -82,6 +95,7 @@ func NewTable(self string, cp region.ControlPlane) *Table {
 func (t *Table) Join(name string, m Meta) bool {
 	t.version++
 	t.groups = nil
+	delete(t.left, m.Region)
 	n := t.nodes[name]
 	if n == nil {
 		t.nodes[name] = &nodeState{name: name, meta: m}
@@ -91,11 +105,24 @@ func (t *Table) Join(name string, m Meta) bool {
 	return false
 }
 
-// Leave forgets a node that left or died.
-func (t *Table) Leave(name string) {
+// Leave forgets a node that left or died at now; if it was its region's
+// last, the region stays listed, unhealthy, for ForgetLeft.
+func (t *Table) Leave(name string, now time.Time) {
 	t.version++
 	t.groups = nil
+	n := t.nodes[name]
+	if n == nil {
+		return
+	}
 	delete(t.nodes, name)
+	for _, o := range t.nodes {
+		if o.meta.Region == n.meta.Region {
+			return
+		}
+	}
+	if n.meta.Region != t.self {
+		t.left[n.meta.Region] = leftRegion{jurisdiction: n.meta.Jurisdiction, at: now}
+	}
 }
 
 // NodeRegion is the region of a known node, or "".
@@ -268,7 +295,35 @@ func (t *Table) refreshPeers(now time.Time) {
 		c.peers = append(c.peers, p)
 		c.newest = append(c.newest, newest)
 	}
+	if len(t.left) > 0 {
+		for name, l := range t.left {
+			forget := l.at.Add(ForgetLeft)
+			if !now.Before(forget) {
+				delete(t.left, name)
+				continue
+			}
+			if forget.Before(c.until) {
+				c.until = forget
+			}
+			c.peers = append(c.peers, region.Peer{Region: name, Jurisdiction: l.jurisdiction, Gate: "left the mesh", Left: true})
+			c.newest = append(c.newest, time.Time{})
+		}
+		sort.Sort(byPeerRegion{c.peers, c.newest}) // in order, with their arrival times
+	}
 	t.peers = c
+}
+
+// byPeerRegion sorts peers and their parallel newest times by region.
+type byPeerRegion struct {
+	peers  []region.Peer
+	newest []time.Time
+}
+
+func (s byPeerRegion) Len() int           { return len(s.peers) }
+func (s byPeerRegion) Less(i, j int) bool { return s.peers[i].Region < s.peers[j].Region }
+func (s byPeerRegion) Swap(i, j int) {
+	s.peers[i], s.peers[j] = s.peers[j], s.peers[i]
+	s.newest[i], s.newest[j] = s.newest[j], s.newest[i]
 }
 
 // union returns the merged digest of nodes, cached until one changes.

@@ -52,10 +52,21 @@ func TestTablePeersAggregateFreshNodes(t *testing.T) {
 	if eu.Healthy || eu.DataAge != 9*time.Second {
 		t.Errorf("all data stale: healthy %v, age %v; stale means unavailable, not idle", eu.Healthy, eu.DataAge)
 	}
-	tb.Leave("eu-2")
-	tb.Leave("eu-1")
-	if len(tb.Peers(t0)) != 1 {
-		t.Error("a region whose nodes all left is still listed")
+	left := t0.Add(20 * time.Second)
+	tb.Leave("eu-2", left)
+	tb.Leave("eu-1", left)
+	peers = tb.Peers(left.Add(time.Minute))
+	if len(peers) != 2 || peers[1].Region != "eu-west" || peers[1].Healthy || peers[1].Gate != "left the mesh" {
+		t.Errorf("a region whose nodes all left must stay listed, unhealthy, for a while: %+v", peers)
+	}
+	if peers := tb.Peers(left.Add(ForgetLeft)); len(peers) != 1 || peers[0].Region == "eu-west" {
+		t.Errorf("after ForgetLeft it is forgotten: %+v", peers)
+	}
+	tb.Join("eu-3", Meta{Region: "eu-west"})
+	tb.Leave("eu-3", left)
+	tb.Join("eu-4", Meta{Region: "eu-west"})
+	if peers := tb.Peers(left); len(peers) != 2 || peers[1].Gate == "left the mesh" {
+		t.Errorf("a region that rejoined is no longer listed as left: %+v", peers)
 	}
 }
 

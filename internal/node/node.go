@@ -80,6 +80,13 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 		cfg.NodeID = cfg.Region + "@" + cfg.AdvertiseURL
 	}
 	popts := proxy.Options{Logger: o.Logger}
+	emulated := false
+	if o.Links == nil && len(cfg.EmulateWAN) > 0 {
+		o.Links, emulated = mesh.NewLinks(), true
+		for peer, rtt := range cfg.EmulateWAN {
+			o.Links.SetRTT(cfg.Region, peer, rtt)
+		}
+	}
 	if o.Links != nil {
 		region, links := cfg.Region, o.Links
 		popts.PeerDelay = func(peer string) time.Duration { return links.RTT(region, peer) / 2 }
@@ -96,7 +103,13 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 			l.Close()
 			return nil, err
 		}
-		if o.Links != nil {
+		switch {
+		case emulated:
+			if mc.Transport, err = o.Links.TransportAt(cfg.Region, mc.BindAddr, mc.BindPort); err != nil {
+				l.Close()
+				return nil, err
+			}
+		case o.Links != nil:
 			if mc.Transport, err = o.Links.Transport(cfg.Region); err != nil {
 				l.Close()
 				return nil, err

@@ -74,3 +74,36 @@ func TestAProxyTellsItsGossipAddressAndJoinsThroughAURL(t *testing.T) {
 		return len(names) == 3, "peers so far: " + strings.Join(names, ",")
 	})
 }
+
+// TestEmulatedWANBetweenSeparateNodes: two proxies started as `serve`
+// would start them (no shared link emulator, a real gossip bind), each
+// told --emulate-wan toward the other: each learns the other's mesh
+// address as it joins, and measures the emulated RTT on the link, as two
+// processes on one host would.
+func TestEmulatedWANBetweenSeparateNodes(t *testing.T) {
+	engine := nodetest.Start(t, nodetest.Options{EnginesPerRegion: 1}).Region("us-east").Engines[0].URL
+	start := func(region, peer string) *node.Node {
+		cfg := proxy.DefaultConfig()
+		cfg.Region, cfg.Jurisdiction, cfg.Listen, cfg.GossipBind = region, region, "127.0.0.1:0", "127.0.0.1:0"
+		cfg.WorkerPool, cfg.GossipKeys, cfg.MeshPreset = []string{engine}, []string{node.DevKey}, "local"
+		cfg.EmulateWAN = map[string]time.Duration{peer: 150 * time.Millisecond}
+		n, err := node.Start(context.Background(), node.Options{Proxy: cfg})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Kill)
+		return n
+	}
+	a, b := start("west", "east"), start("east", "west")
+	if err := a.Join(b.Mesh.Addr()); err != nil {
+		t.Fatal(err)
+	}
+	nodetest.Eventually(t, nodetest.Converge, "west measures the emulated 150 ms to east", func() (bool, string) {
+		for _, p := range a.Mesh.Peers() {
+			if p.Region == "east" {
+				return p.RTT >= 130*time.Millisecond && p.RTT < time.Second, "RTT to east " + p.RTT.String()
+			}
+		}
+		return false, "east not among west's peers"
+	})
+}

@@ -130,8 +130,9 @@ type Replica struct {
 	Capacity int
 	KVUsage  float64 // 0..1
 	// PrefixBlocks is how many leading blocks of the request this replica
-	// is believed to hold (from the prefix index).
-	PrefixBlocks int
+	// is believed to hold (from the prefix index); IndexedBlocks how many
+	// blocks of any prompt it is believed to hold.
+	PrefixBlocks, IndexedBlocks int
 	// QueuedTokens is the prompt tokens of the requests this balancer has
 	// in flight at the replica.
 	QueuedTokens int
@@ -229,8 +230,9 @@ func (l *LocalRegion) Load() float64 {
 type PeerRegion struct {
 	Name         string
 	Jurisdiction string
-	// Healthy is false when the region has no live nodes.
-	Healthy bool
+	// Healthy is false when the region has no live nodes; Left when they
+	// all left the mesh (nothing is worth holding for it).
+	Healthy, Left bool
 	// DataAge is how old the newest load summary from the region is.
 	DataAge time.Duration
 	RTT     time.Duration // smoothed round-trip time to the region's proxy

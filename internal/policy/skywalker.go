@@ -3,6 +3,8 @@ package policy
 import (
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"skywalker/internal/request"
 )
 
@@ -253,11 +255,39 @@ func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time
 			t += ownWait
 			score += slotCost
 		}
-		if best < 0 || score < bestScore || (score == bestScore && r.Load() < l.Replicas[best].Load()) {
+		if best < 0 || score < bestScore || score == bestScore && s.breaksTie(req, r, &l.Replicas[best]) {
 			best, bestT, bestScore = i, t, score
 		}
 	}
 	return best, bestT + time.Duration(l.Queued)*l.PerRequestWait
+}
+
+// breaksTie reports whether r beats best, whose score it equals: the
+// lesser load wins, then the emptier cache, then — rendezvous hashing on
+// the request's first block — the replica with the higher hash. So
+// conversations nobody holds spread over the replicas even when they
+// arrive one at a time (each then finds every replica idle, and an index
+// order would send them all to the first, whose cache would hold them
+// all).
+func (s *Skywalker) breaksTie(req *request.Request, r, best *Replica) bool {
+	if r.Load() != best.Load() {
+		return r.Load() < best.Load()
+	}
+	if r.IndexedBlocks != best.IndexedBlocks {
+		return r.IndexedBlocks < best.IndexedBlocks
+	}
+	if len(req.Blocks) == 0 {
+		return false
+	}
+	return rendezvous(req.Blocks[0], r.Name) > rendezvous(req.Blocks[0], best.Name)
+}
+
+// rendezvous is the highest-random-weight hash of a key and a target.
+func rendezvous(key uint64, target string) uint64 {
+	var d xxhash.Digest
+	d.ResetWithSeed(key)
+	_, _ = d.WriteString(target)
+	return d.Sum64()
 }
 
 // saturatedSlotWait is what waiting for a replica without room costs the
@@ -309,7 +339,7 @@ func anyPeerMayServe(req *request.Request, v *View) bool {
 		return false
 	}
 	for i := range v.Peers {
-		if req.AllowedIn(v.Peers[i].Jurisdiction) {
+		if p := &v.Peers[i]; !p.Left && req.AllowedIn(p.Jurisdiction) {
 			return true
 		}
 	}

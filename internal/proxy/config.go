@@ -64,6 +64,28 @@ type Config struct {
 	FairQueuing            bool          `yaml:"fair_queuing"`             // SKYWALKER_FAIR_QUEUING; default true
 	TenantMaxHeld          int           `yaml:"tenant_max_held"`          // SKYWALKER_TENANT_MAX_HELD; default 0 (no limit)
 
+	// ReplicaCacheTokens is the KV cache, in tokens, a replica is believed
+	// to hold until its engine reports one (vllm:cache_config_info) and as
+	// cache-truth feedback corrects it (SKYWALKER_REPLICA_CACHE_TOKENS;
+	// default 32,000). BytesPerToken converts prompt bytes to tokens
+	// (SKYWALKER_BYTES_PER_TOKEN; default 4, English text under Llama-3).
+	ReplicaCacheTokens int `yaml:"replica_cache_tokens"`
+	BytesPerToken      int `yaml:"bytes_per_token"`
+
+	// EmulateWAN adds delay on this proxy's links to the named peer regions
+	// (SKYWALKER_EMULATE_WAN "eu-west=72ms,ap-east=160ms", --emulate-wan):
+	// half the RTT each way on gossip packets, one RTT to open a gossip
+	// stream, half each way on forwards — the in-process link emulation
+	// of the demo and tests, so several regions on one host need no root
+	// and no netem. Development only.
+	EmulateWAN map[string]time.Duration `yaml:"emulate_wan"`
+
+	// ModelAliases maps names clients may ask for to the names the engines
+	// serve (SKYWALKER_MODEL_ALIASES "public=meta-llama/Llama-3.1-8B,...",
+	// as vLLM's --served-model-name): the proxy rewrites the body's model
+	// and lists the aliases in /v1/models.
+	ModelAliases map[string]string `yaml:"model_aliases"`
+
 	ScrapeInterval  time.Duration `yaml:"scrape_interval"`  // default 100 ms
 	ResolveInterval time.Duration `yaml:"resolve_interval"` // DNS pools; default 10 s
 	EjectAfter      int           `yaml:"eject_after"`      // consecutive failures; default 3
@@ -84,7 +106,8 @@ func DefaultConfig() Config {
 		MeshPreset: "wan", Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
-		DrainTimeout: 30 * time.Second, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true}
+		DrainTimeout: 30 * time.Second, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
+		ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
 }
 
 // DefaultTTFTObjective is the TTFT objective of every class unless
@@ -122,7 +145,8 @@ func (c *Config) Objectives() [request.NumClasses]request.SLO {
 func (c *Config) RegionConfig() region.Config {
 	prof, _ := engine.LookupProfile(c.Profile)
 	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight,
-		Prefill: prof.Prefill(), EjectAfter: c.EjectAfter, Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait,
+		Prefill: prof.Prefill(), EjectAfter: c.EjectAfter, DefaultReplicaTokens: c.ReplicaCacheTokens,
+		BlockTokens: max(request.DefaultBlockBytes/max(c.BytesPerToken, 1), 1), Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait,
 			Objectives: c.Objectives(), FIFO: !c.FairQueuing, TenantMaxHeld: c.TenantMaxHeld}}
 }
 
@@ -164,7 +188,8 @@ var EnvVars = []string{"REGION_ID", "PEER_REGIONS", "LOCAL_WORKER_POOL", "MAX_WA
 	"SKYWALKER_INSECURE_GOSSIP", "SKYWALKER_MAX_IN_FLIGHT", "SKYWALKER_MAX_QUEUE", "SKYWALKER_MAX_BODY_BYTES", "SKYWALKER_RETRIES",
 	"SKYWALKER_EJECT_AFTER", "SKYWALKER_MAX_WAIT", "SKYWALKER_SCRAPE_INTERVAL", "SKYWALKER_RESOLVE_INTERVAL", "SKYWALKER_DRAIN_TIMEOUT",
 	"SKYWALKER_TTFT_SLO", "SKYWALKER_TTFT_SLO_CRITICAL", "SKYWALKER_TTFT_SLO_SHEDDABLE", "SKYWALKER_TENANT_HEADER",
-	"SKYWALKER_FAIR_QUEUING", "SKYWALKER_TENANT_MAX_HELD"}
+	"SKYWALKER_FAIR_QUEUING", "SKYWALKER_TENANT_MAX_HELD", "SKYWALKER_MODEL_ALIASES", "SKYWALKER_REPLICA_CACHE_TOKENS",
+	"SKYWALKER_BYTES_PER_TOKEN", "SKYWALKER_EMULATE_WAN"}
 
 // ApplyEnv overlays the environment (getenv is os.Getenv in production).
 func (c *Config) ApplyEnv(getenv func(string) string) error {
@@ -236,10 +261,26 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 			*dst = b
 		}
 	}
+	if v := strings.TrimSpace(getenv("SKYWALKER_EMULATE_WAN")); v != "" {
+		wan, err := ParseEmulateWAN(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SKYWALKER_EMULATE_WAN: %w", err))
+		}
+		c.EmulateWAN = wan
+	}
+	if v := strings.TrimSpace(getenv("SKYWALKER_MODEL_ALIASES")); v != "" {
+		aliases, err := ParseAliases(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("SKYWALKER_MODEL_ALIASES: %w", err))
+		}
+		c.ModelAliases = aliases
+	}
 	boolean("SKYWALKER_INSECURE_GOSSIP", &c.InsecureGossip)
 	boolean("SKYWALKER_FAIR_QUEUING", &c.FairQueuing)
 	str("SKYWALKER_TENANT_HEADER", &c.TenantHeader)
 	integer("SKYWALKER_TENANT_MAX_HELD", &c.TenantMaxHeld)
+	integer("SKYWALKER_REPLICA_CACHE_TOKENS", &c.ReplicaCacheTokens)
+	integer("SKYWALKER_BYTES_PER_TOKEN", &c.BytesPerToken)
 	duration("SKYWALKER_TTFT_SLO", &c.TTFTObjective)
 	duration("SKYWALKER_TTFT_SLO_CRITICAL", &c.TTFTObjectiveCritical)
 	duration("SKYWALKER_TTFT_SLO_SHEDDABLE", &c.TTFTObjectiveSheddable)
@@ -263,6 +304,43 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// ParseEmulateWAN reads "region=RTT,..." (RTT a duration, or plain
+// milliseconds).
+func ParseEmulateWAN(s string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, entry := range splitList(s) {
+		region, v, ok := strings.Cut(entry, "=")
+		region, v = strings.TrimSpace(region), strings.TrimSpace(v)
+		if !ok || region == "" || v == "" {
+			return nil, fmt.Errorf("entry %q: want REGION=RTT (e.g. eu-west=72ms)", entry)
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			ms, ferr := strconv.ParseFloat(v, 64)
+			if ferr != nil {
+				return nil, fmt.Errorf("entry %q: %q is not a duration", entry, v)
+			}
+			d = time.Duration(ms * float64(time.Millisecond))
+		}
+		out[region] = d
+	}
+	return out, nil
+}
+
+// ParseAliases reads "alias=model,alias=model".
+func ParseAliases(s string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, entry := range splitList(s) {
+		alias, model, ok := strings.Cut(entry, "=")
+		alias, model = strings.TrimSpace(alias), strings.TrimSpace(model)
+		if !ok || alias == "" || model == "" {
+			return nil, fmt.Errorf("entry %q: want ALIAS=MODEL", entry)
+		}
+		out[alias] = model
+	}
+	return out, nil
 }
 
 // ParsePeers reads a PEER_REGIONS value.
@@ -335,13 +413,27 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"max_in_flight", c.MaxInFlight}, {"max_queue", c.MaxQueue}, {"max_body_bytes", c.MaxBodyBytes}, {"eject_after", c.EjectAfter}} {
+	}{{"max_in_flight", c.MaxInFlight}, {"max_queue", c.MaxQueue}, {"max_body_bytes", c.MaxBodyBytes}, {"eject_after", c.EjectAfter},
+		{"replica_cache_tokens (SKYWALKER_REPLICA_CACHE_TOKENS)", c.ReplicaCacheTokens}, {"bytes_per_token (SKYWALKER_BYTES_PER_TOKEN)", c.BytesPerToken}} {
 		if f.v <= 0 {
 			bad(f.name, "must be positive")
 		}
 	}
 	if c.Retries < 0 || c.Retries > 10 {
 		bad("retries", "must be in 0..10")
+	}
+	for region, d := range c.EmulateWAN {
+		if region == c.Region || region == "" || d < 0 || d > 10*time.Second {
+			bad("emulate_wan (SKYWALKER_EMULATE_WAN)", "%s=%v: a peer region and an RTT in [0, 10s]", region, d)
+		}
+	}
+	for alias, model := range c.ModelAliases {
+		if alias == "" || model == "" || alias == model {
+			bad("model_aliases", "%q=%q: an alias and the model it names must differ and not be empty", alias, model)
+		}
+	}
+	if c.BytesPerToken > 64 {
+		bad("bytes_per_token (SKYWALKER_BYTES_PER_TOKEN)", "must be at most 64")
 	}
 	if c.TenantMaxHeld < 0 {
 		bad("tenant_max_held (SKYWALKER_TENANT_MAX_HELD)", "must not be negative")

@@ -40,7 +40,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			s.reject(w, err, "bad_request")
 			return
 		}
-		req, err := request.Parse(kind, body, request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes})
+		req, err := request.Parse(kind, body, request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes, BytesPerToken: s.cfg.BytesPerToken})
 		if err == nil {
 			err = s.applyHeaders(req, r.Header)
 		}
@@ -62,6 +62,9 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 					Message: "a request resident in " + req.Residency + " may not be served in " + s.cfg.Region}, "forbidden")
 				return
 			}
+		}
+		if target, ok := s.cfg.ModelAliases[req.Model]; ok {
+			body = req.RewriteModel(body, target)
 		}
 		if models, known := s.router.models(); known && req.Model != "" && !slices.Contains(models, req.Model) {
 			s.reject(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model", Message: "the model " + strconv.Quote(req.Model) + " is not served here"}, "not_found")
@@ -119,8 +122,11 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request.Requ
 	s.relay.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
 }
 
-// account records how an exchange ended, once: ok, failed mid-stream,
-// rejected before any byte (relayError counted it), or the client left.
+// account records how an exchange ended, once: ok (delivered in full,
+// whatever the client did after the end), failed_midstream (the upstream
+// broke while the client was there), rejected before any byte (relayError
+// counted it), or cancelled (the client left first; the upstream request,
+// and a forwarded one at the peer, was closed with it).
 func (s *Server) account(x *exchange) {
 	if x.target.replica != nil || x.target.Peer != nil {
 		x.endAttempt(region.Released) // the response never reached its body
@@ -142,7 +148,7 @@ func (s *Server) account(x *exchange) {
 			s.demand.add(req.Arrival, req.PromptTokens, x.counter.outputTokens())
 		}
 	default:
-		s.metrics.requests.WithLabelValues(req.Region, served, "client_gone").Inc()
+		s.metrics.requests.WithLabelValues(req.Region, served, "cancelled").Inc()
 	}
 }
 
@@ -152,19 +158,35 @@ func (s *Server) reject(w http.ResponseWriter, err error, outcome string) {
 	apierr.Write(w, e)
 }
 
+// models serves /v1/models: the engines' own model cards (union over the
+// replicas, one per id), then one card per configured alias, shaped like
+// the card of the model it names with its id replaced.
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
-	models, _ := s.router.models()
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		OwnedBy string `json:"owned_by"`
-	}
+	cards, _ := s.router.modelCards()
 	list := struct {
-		Object string  `json:"object"`
-		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
-	for _, m := range models {
-		list.Data = append(list.Data, model{ID: m, Object: "model", OwnedBy: "skywalker"})
+		Object string            `json:"object"`
+		Data   []json.RawMessage `json:"data"`
+	}{Object: "list", Data: []json.RawMessage{}}
+	byID := map[string]json.RawMessage{}
+	for _, c := range cards {
+		list.Data = append(list.Data, c.Raw)
+		byID[c.ID] = c.Raw
+	}
+	aliases := make([]string, 0, len(s.cfg.ModelAliases))
+	for a := range s.cfg.ModelAliases {
+		aliases = append(aliases, a)
+	}
+	slices.Sort(aliases)
+	for _, a := range aliases {
+		card := map[string]any{}
+		if raw, ok := byID[s.cfg.ModelAliases[a]]; ok {
+			_ = json.Unmarshal(raw, &card)
+		} else {
+			card["object"], card["created"] = "model", time.Now().Unix()
+		}
+		card["id"], card["root"] = a, s.cfg.ModelAliases[a]
+		raw, _ := json.Marshal(card) // a decoded JSON object marshals
+		list.Data = append(list.Data, raw)
 	}
 	writeJSON(w, 200, list)
 }

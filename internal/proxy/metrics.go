@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"skywalker/internal/request"
 )
@@ -43,7 +44,8 @@ func newMetrics(region string, r *Router) *metrics {
 		[]string{"priority", "tenant", "decision"})
 	m.tenants = newTenantLabels(maxTenantLabels)
 	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission,
-		stateCollector{r: r, constLabels: constLabels, tenants: m.tenants})
+		stateCollector{r: r, constLabels: constLabels, tenants: m.tenants},
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -99,6 +101,9 @@ func (c stateCollector) descs() []*prometheus.Desc {
 		c.desc("peer_data_age_seconds", "Age of the newest load summary from a peer region.", "peer"),
 		c.desc("peer_healthy", "1 if a peer region has live nodes with fresh data.", "peer"),
 		c.desc("queued_requests", "Requests held in the balancer queue by priority class and tenant.", "priority", "tenant"),
+		c.desc("replica_dispatch_cap", "Requests the balancer may have in flight at the replica: max_in_flight, or the cap learned from first-token times for an engine without metrics.", "replica"),
+		c.desc("replica_cache_tokens", "KV cache, in tokens, the prefix index believes the replica holds (reported or configured, corrected by cache truth).", "replica"),
+		c.desc("prefix_cached_tokens_total", "Prompt tokens the prefix index predicted cached on the replica it chose, and the engine reported cached (usage.prompt_tokens_details.cached_tokens), over the requests whose engines reported it.", "replica", "source"),
 	}
 }
 
@@ -116,6 +121,11 @@ func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, h := range r.core.Replicas() {
 		ch <- prometheus.MustNewConstMetric(d[1], prometheus.GaugeValue, b2f(h.Healthy()), h.Name())
 		ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(h.InFlight()), h.Name())
+		ch <- prometheus.MustNewConstMetric(d[8], prometheus.GaugeValue, float64(r.core.DispatchCap(h)), h.Name())
+		ch <- prometheus.MustNewConstMetric(d[9], prometheus.GaugeValue, float64(r.core.BelievedCacheTokens(h)), h.Name())
+		tr := r.core.Truth(h)
+		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(tr.Predicted), h.Name(), "predicted")
+		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(tr.Actual), h.Name(), "reported")
 	}
 	peers := r.core.Peers()
 	queued := map[[2]string]int{}

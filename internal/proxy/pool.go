@@ -141,26 +141,80 @@ type cancelOnClose struct {
 
 func (c cancelOnClose) Close() error { err := c.ReadCloser.Close(); c.cancel(); return err }
 
-// scrapeAll reads every replica's /metrics; replicas that expose neither
-// vLLM nor SGLang names keep zero engine counts and are balanced on the
-// proxy's own in-flight numbers.
+// scrapeAll reads every replica's /metrics that is due. A replica that
+// exposes neither vLLM nor SGLang names (llama.cpp servers, most OpenAI
+// fronts) is balanced on the proxy's own in-flight counts and the
+// concurrency it learns from first-token times; the proxy says so once,
+// and scrapes it ever less often, doubling up to maxScrapeBackoff, in case
+// metrics appear later.
 func (p *poolLoops) scrapeAll(ctx context.Context) {
 	var wg sync.WaitGroup
+	now := time.Now()
 	for _, rp := range p.snapshot() {
+		if now.Before(p.scrapeDue(rp)) {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			status := 0
+			var known bool
 			resp, err := p.get(ctx, rp, "/metrics", time.Second)
 			if err != nil {
-				p.r.ObserveScrape(rp.name(), 0, nil)
-				return
+				known = p.r.ObserveScrape(rp.name(), 0, nil)
+			} else {
+				status = resp.StatusCode
+				known = p.r.ObserveScrape(rp.name(), resp.StatusCode, resp.Body)
+				resp.Body.Close()
 			}
-			p.r.ObserveScrape(rp.name(), resp.StatusCode, resp.Body)
-			resp.Body.Close()
+			p.scraped(rp, now, status, err, known)
 		}()
 	}
 	wg.Wait()
 	p.r.Pump()
+}
+
+// maxScrapeBackoff is the slowest a replica without metrics is scraped.
+const maxScrapeBackoff = 30 * time.Second
+
+// scrapeState is one replica's scrape schedule.
+type scrapeState struct {
+	next    time.Time     // not before
+	backoff time.Duration // zero while it exposes metrics
+	warned  bool
+}
+
+func (p *poolLoops) scrapeDue(rp *replica) time.Time {
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
+	return rp.scrape.next
+}
+
+// scraped schedules the replica's next scrape and logs the change into
+// and out of metric-less balancing, once each way. A replica that is
+// down (no answer at all) is not metric-less: health checks deal with it.
+func (p *poolLoops) scraped(rp *replica, at time.Time, status int, err error, known bool) {
+	p.r.mu.Lock()
+	defer p.r.mu.Unlock()
+	st := &rp.scrape
+	switch {
+	case known:
+		if st.warned {
+			p.log.Info("replica now exposes engine metrics; balancing on them", "replica", rp.name())
+		}
+		*st = scrapeState{}
+	case err != nil:
+		st.next = time.Time{}
+	default:
+		if !st.warned {
+			st.warned = true
+			p.log.Warn("replica exposes no vLLM or SGLang metrics at /metrics; balancing it on SkyWalker's in-flight counts "+
+				"and the concurrency it learns from first-token times (set max_in_flight to cap it); re-checking ever less often",
+				"replica", rp.name(), "status", status, "recheck_max", maxScrapeBackoff.String())
+		}
+		st.backoff = min(max(2*st.backoff, 2*p.cp.ScrapeInterval), maxScrapeBackoff)
+		st.next = at.Add(st.backoff)
+	}
 }
 
 // healthAll probes /health; the region core's rule ejects a replica that
@@ -182,6 +236,14 @@ func (p *poolLoops) healthAll(ctx context.Context) {
 	wg.Wait()
 }
 
+// modelCard is one model as a replica's /v1/models lists it: its id, and
+// the object exactly as the engine sent it (owned_by, created, max_model_len
+// and whatever else), passed through to clients.
+type modelCard struct {
+	ID  string
+	Raw json.RawMessage
+}
+
 // modelsAll learns which models each replica serves.
 func (p *poolLoops) modelsAll(ctx context.Context) {
 	for _, rp := range p.snapshot() {
@@ -189,45 +251,69 @@ func (p *poolLoops) modelsAll(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		var list struct {
-			Data []struct {
-				ID string `json:"id"`
-			} `json:"data"`
-		}
-		err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&list)
+		cards, err := parseModels(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		if err != nil {
 			continue
 		}
-		var models []string
-		for _, m := range list.Data {
-			models = append(models, m.ID)
-		}
 		p.r.mu.Lock()
-		rp.models = models
+		rp.models = cards
 		p.r.mu.Unlock()
 	}
 }
 
-// models returns the union of the replicas' models, sorted, and whether
-// any replica reported its models yet.
-func (r *Router) models() ([]string, bool) {
+// parseModels reads an OpenAI model list; an entry without an id is an
+// error.
+func parseModels(r io.Reader) ([]modelCard, error) {
+	var list struct {
+		Data []json.RawMessage `json:"data"`
+	}
+	if err := json.NewDecoder(r).Decode(&list); err != nil {
+		return nil, fmt.Errorf("model list: %w", err)
+	}
+	cards := make([]modelCard, 0, len(list.Data))
+	for i, raw := range list.Data {
+		var m struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil || m.ID == "" {
+			return nil, fmt.Errorf("model list: entry %d has no id", i)
+		}
+		cards = append(cards, modelCard{ID: m.ID, Raw: raw})
+	}
+	return cards, nil
+}
+
+// modelCards returns the union of the replicas' model cards, one per id
+// (the first replica's, in pool order), sorted by id, and whether any
+// replica reported its models yet.
+func (r *Router) modelCards() ([]modelCard, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	seen := map[string]bool{}
 	known := false
+	var out []modelCard
 	for _, rp := range r.replicas {
 		if rp.models != nil {
 			known = true
 		}
 		for _, m := range rp.models {
-			seen[m] = true
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				out = append(out, m)
+			}
 		}
 	}
-	out := make([]string, 0, len(seen))
-	for m := range seen {
-		out = append(out, m)
+	slices.SortFunc(out, func(a, b modelCard) int { return strings.Compare(a.ID, b.ID) })
+	return out, known
+}
+
+// models returns the ids of modelCards.
+func (r *Router) models() ([]string, bool) {
+	cards, known := r.modelCards()
+	out := make([]string, len(cards))
+	for i, c := range cards {
+		out[i] = c.ID
 	}
-	slices.Sort(out)
 	return out, known
 }

@@ -234,6 +234,9 @@ func (x *exchange) endAttempt(how region.Outcome) {
 	x.target = routed{}
 	switch {
 	case o.replica != nil:
+		if how == region.Served && x.counter.cachedSeen {
+			x.s.router.CacheReported(x.req, x.counter.cached)
+		}
 		x.s.router.Done(x.req, time.Since(x.start), how)
 	case o.Peer != nil:
 		x.s.router.ForwardDone(o.Peer.Region)
@@ -275,6 +278,10 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	switch {
 	case err == io.EOF:
 		x.complete = true
+	case err != nil && x.counter.done:
+		// The client had the whole stream ([DONE]); whatever broke after
+		// it (the client closing first, say) is no failure.
+		x.complete = true
 	case err != nil && x.in.Context().Err() == nil:
 		// The upstream broke, not the client: never fake a clean end.
 		b.failed, x.broken = err, err
@@ -296,6 +303,9 @@ func (b *watchedBody) Close() error {
 	b.closed = true
 	err := b.body.Close()
 	x := b.x
+	if !x.complete && x.counter.done {
+		x.complete = true // closed right after [DONE]: delivered in full
+	}
 	switch {
 	case x.complete && x.status < 300:
 		x.endAttempt(region.Served)
@@ -395,34 +405,55 @@ func (relayBuffers) Put(b []byte) { relayBufferPool.Put(&b) }
 // data event (vLLM sends one token per chunk), or the usage the body
 // reports.
 type relayCounter struct {
-	sse    bool
-	chunks int    // SSE data events
-	usage  int    // completion_tokens, if the body reported usage
-	tail   []byte // carry-over for patterns split across reads
+	sse        bool
+	chunks     int // SSE data events
+	usage      int // completion_tokens, if the body reported usage
+	cached     int // usage.prompt_tokens_details.cached_tokens, when cachedSeen
+	cachedSeen bool
+	done       bool   // the event stream's data: [DONE] went by
+	tail       []byte // carry-over for patterns split across reads
 }
 
 var (
 	dataPrefix      = []byte("data: {")
+	doneEvent       = []byte("data: [DONE]")
 	completionField = []byte(`"completion_tokens":`)
+	cachedField     = []byte(`"cached_tokens":`)
 )
 
 func (o *relayCounter) count(b []byte) {
 	chunk := append(o.tail, b...)
 	if o.sse {
 		o.chunks += bytes.Count(chunk, dataPrefix) - bytes.Count(o.tail, dataPrefix)
+		o.done = o.done || bytes.Contains(chunk, doneEvent)
 	}
-	if i := bytes.LastIndex(chunk, completionField); i >= 0 {
-		rest := bytes.TrimLeft(chunk[i+len(completionField):], " ")
-		end := 0
-		for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-			end++
-		}
-		if n, err := strconv.Atoi(string(rest[:end])); err == nil && end < len(rest) {
-			o.usage = n
-		}
+	if n, ok := lastNumberAfter(chunk, completionField); ok {
+		o.usage = n
+	}
+	if n, ok := lastNumberAfter(chunk, cachedField); ok {
+		o.cached, o.cachedSeen = n, true
 	}
 	keep := min(len(chunk), 64)
 	o.tail = append(o.tail[:0], chunk[len(chunk)-keep:]...)
+}
+
+// lastNumberAfter reads the integer after the last field in chunk, if it
+// is complete (followed by something other than a digit).
+func lastNumberAfter(chunk, field []byte) (int, bool) {
+	i := bytes.LastIndex(chunk, field)
+	if i < 0 {
+		return 0, false
+	}
+	rest := bytes.TrimLeft(chunk[i+len(field):], " ")
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	if end == 0 || end >= len(rest) {
+		return 0, false
+	}
+	n, err := strconv.Atoi(string(rest[:end]))
+	return n, err == nil
 }
 
 // outputTokens is the best estimate of tokens generated.

@@ -28,7 +28,8 @@ type PeerSource interface {
 type replica struct {
 	handle *region.Replica
 	url    *url.URL
-	models []string // nil until /v1/models answered
+	models []modelCard // nil until /v1/models answered
+	scrape scrapeState
 }
 
 func (rp *replica) name() string { return rp.handle.Name() }
@@ -222,6 +223,14 @@ func (r *Router) Done(req *request.Request, service time.Duration, how region.Ou
 	r.core.PumpDepth(r.now(), 1)
 }
 
+// CacheReported records the cached prompt tokens the engine reported for
+// a dispatched request (cache-truth feedback; call before Done).
+func (r *Router) CacheReported(req *request.Request, cachedTokens int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.core.CacheReported(req, cachedTokens)
+}
+
 // ForwardDone records the end of a request forwarded to peer.
 func (r *Router) ForwardDone(peer string) {
 	r.mu.Lock()
@@ -266,8 +275,9 @@ func (r *Router) setPeerSource(p PeerSource) {
 
 // ObserveScrape records one scrape of the named replica: the status and
 // body of its /metrics answer (status 0: the scrape failed). A page
-// without vLLM or SGLang names leaves the engine's queue unknown.
-func (r *Router) ObserveScrape(replica string, status int, page io.Reader) {
+// without vLLM or SGLang names leaves the engine's queue unknown. It
+// reports whether the engine exposed queue metrics.
+func (r *Router) ObserveScrape(replica string, status int, page io.Reader) bool {
 	var m region.Metrics
 	if status == http.StatusOK && page != nil {
 		m, _ = parseEngineMetrics(page)
@@ -277,6 +287,7 @@ func (r *Router) ObserveScrape(replica string, status int, page io.Reader) {
 	if h := r.core.Replica(replica); h != nil {
 		r.core.Scraped(h, m)
 	}
+	return m.Known
 }
 
 // ObserveHealth records one health check of the named replica.

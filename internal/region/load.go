@@ -98,6 +98,7 @@ type Peer struct {
 	Nodes    int
 	APIAddrs []string
 	Healthy  bool          // some node is live with fresh data
+	Left     bool          // every node of the region left the mesh (listed until forgotten)
 	DataAge  time.Duration // since the newest load summary arrived
 	RTT      time.Duration // smoothed
 	Loss     float64
@@ -116,5 +117,5 @@ func (p *Peer) Policy() policy.PeerRegion {
 	return policy.PeerRegion{Name: p.Region, Jurisdiction: p.Jurisdiction, Healthy: p.Healthy, DataAge: p.DataAge,
 		RTT: p.RTT, GateOpen: p.GateOpen, GateReason: p.Gate, QueueWait: p.Load.QueueWait, Queued: p.Load.Queued,
 		Replicas: p.Load.Replicas, Slots: p.Load.Slots, Outstanding: p.Load.Outstanding, QueuedTokens: p.Load.QueuedTokens,
-		PrefillTokens: p.Load.PrefillTokens, Offloading: p.Load.Offloading, Prefill: p.Load.Prefill}
+		PrefillTokens: p.Load.PrefillTokens, Offloading: p.Load.Offloading, Prefill: p.Load.Prefill, Left: p.Left}
 }

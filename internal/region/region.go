@@ -29,6 +29,9 @@ type Config struct {
 	// DefaultReplicaTokens is the KV cache assumed for a replica until its
 	// metrics report one. Default DefaultReplicaTokens.
 	DefaultReplicaTokens int
+	// NoCacheTruth turns cache-truth feedback off: engines' reported
+	// cached tokens are counted but do not correct the believed cache.
+	NoCacheTruth bool
 	// EjectAfter and ReadmitAfter are the passive health rule.
 	EjectAfter, ReadmitAfter int
 	// ServiceAlpha weighs a new service time in the queue-wait estimate.
@@ -227,8 +230,12 @@ func (r *Region) View(req *request.Request) *policy.View {
 
 func (r *Region) policyReplica(rp *Replica, prefixBlocks int) policy.Replica {
 	m := rp.metrics
-	return policy.Replica{Name: rp.name, Healthy: rp.healthy, Waiting: m.Waiting, Running: m.Running, InFlight: rp.inFlight,
-		MaxInFlight: r.cfg.MaxInFlight, Capacity: r.EffectiveCap(rp), KVUsage: r.projectedKVUsage(rp), PrefixBlocks: prefixBlocks, QueuedTokens: rp.inFlightTokens,
+	// The engine's running count as last scraped, less what this node has
+	// seen end since: a scrape a few milliseconds old still counts a
+	// request that has finished, and would make the replica look busy.
+	running := max(m.Running-rp.endedSinceScrape, 0)
+	return policy.Replica{Name: rp.name, Healthy: rp.healthy, Waiting: m.Waiting, Running: running, InFlight: rp.inFlight,
+		MaxInFlight: r.dispatchCap(rp), Capacity: r.EffectiveCap(rp), KVUsage: r.projectedKVUsage(rp), PrefixBlocks: prefixBlocks, IndexedBlocks: r.index.TargetLen(rp.target), QueuedTokens: rp.inFlightTokens,
 		PrefillTokens: rp.prefillTokens, Jurisdiction: rp.jurisdiction, RTT: rp.rtt}
 }
 
@@ -269,8 +276,12 @@ func (r *Region) Deliver(o balancer.Outcome) {
 			rp.inFlightTokens += req.PromptTokens
 			rp.prefillTokens += uncached
 			rp.sinceScrape += uncached + out
-			r.bookings[req] = &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
-				submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0}
+			b := &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
+				submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight}
+			if !o.Submitted.IsZero() {
+				b.sent = o.Submitted.Add(o.Waited)
+			}
+			r.bookings[req] = b
 			r.index.Insert(rp.target, o.Request.Blocks, r.digests.learn)
 		case policy.Forward:
 			p := r.peers[o.Decision.Peer]

@@ -47,7 +47,13 @@ type Replica struct {
 	// last scrape will take (uncached prompt plus an output reserve): the
 	// scrape's KV usage does not count them yet.
 	sinceScrape int
-	metrics     Metrics
+	// endedSinceScrape counts this node's requests on the replica that
+	// ended after the last scrape: the scrape's Running still counts them.
+	endedSinceScrape int
+	metrics          Metrics
+	learned          capLearner // dispatch cap, for engines without metrics
+	cacheFactor      float64    // believed cache over reported (0 = 1), from cache truth
+	truth            CacheTruth
 }
 
 // ReplicaSpec names a replica and, for one outside the balancer's region
@@ -166,7 +172,7 @@ func (r *Region) IndexedBlocks(rp *Replica) int { return r.index.TargetLen(rp.ta
 // balanced on its requests in flight. A reported KV-cache size resizes the
 // replica's share of the prefix index.
 func (r *Region) Scraped(rp *Replica, m Metrics) {
-	rp.metrics, rp.sinceScrape = m, 0
+	rp.metrics, rp.sinceScrape, rp.endedSinceScrape = m, 0, 0
 	if m.Running > 0 && m.KVUsage > 0 && m.KVBlocks > 0 && m.BlockSize > 0 {
 		per := m.KVUsage * float64(m.KVBlocks*m.BlockSize) / float64(m.Running)
 		if rp.footprint == 0 {
@@ -176,7 +182,7 @@ func (r *Region) Scraped(rp *Replica, m Metrics) {
 		}
 	}
 	if m.KVBlocks > 0 && m.BlockSize > 0 {
-		r.index.SetCapacity(rp.target, m.KVBlocks*m.BlockSize)
+		r.index.SetCapacity(rp.target, r.believedTokens(rp))
 	}
 }
 
@@ -191,9 +197,9 @@ const footprintAlpha = 0.05
 func (r *Region) EffectiveCap(rp *Replica) int {
 	m := rp.metrics
 	if rp.footprint <= 0 || m.KVBlocks <= 0 || m.BlockSize <= 0 {
-		return r.cfg.MaxInFlight
+		return r.dispatchCap(rp)
 	}
-	return min(r.cfg.MaxInFlight, max(1, int(0.9*float64(m.KVBlocks*m.BlockSize)/rp.footprint)))
+	return min(r.dispatchCap(rp), max(1, int(0.9*float64(m.KVBlocks*m.BlockSize)/rp.footprint)))
 }
 
 // capacityTokens is the KV cache rp is believed to hold.
@@ -231,6 +237,8 @@ type booking struct {
 	submitted  time.Time     // when the request reached the balancer
 	estimate   time.Duration // the policy's TTFT estimate then
 	held       bool          // it waited in the balancer
+	sent       time.Time     // when it was dispatched
+	inflight   int           // requests in flight at its replica then, itself included
 }
 
 // FirstToken records that a dispatched request produced its first token
@@ -241,6 +249,9 @@ func (r *Region) FirstToken(now time.Time, req *request.Request) {
 	b := r.bookings[req]
 	if b == nil || !b.prefilling {
 		return
+	}
+	if !b.sent.IsZero() {
+		r.observeFirstToken(b.rp, b.inflight, now.Sub(b.sent), r.cfg.Prefill.Time(b.uncached))
 	}
 	if b.held && b.estimate > 0 && !b.submitted.IsZero() {
 		actual, est := float64(now.Sub(b.submitted)), float64(b.estimate)
@@ -332,6 +343,7 @@ func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
 	rp := b.rp
 	rp.inFlight = max(rp.inFlight-1, 0)
 	rp.inFlightTokens = max(rp.inFlightTokens-b.prompt, 0)
+	rp.endedSinceScrape++
 	switch how {
 	case Served:
 		rp.failures = 0

@@ -98,3 +98,24 @@ func TestPriorityAndWaitFromBodyAndHeaders(t *testing.T) {
 		t.Errorf("tenant: %q %v", plain.Tenant, err)
 	}
 }
+
+func TestRewriteModelReplacesOnlyTheModelString(t *testing.T) {
+	body := []byte(`{ "model" : "public\u0031", "messages":[{"role":"user","content":"model: public1"}]}`)
+	req, err := Parse(Chat, body, Options{})
+	if err != nil || req.Model != "public1" {
+		t.Fatalf("parse: %v %q", err, req.Model)
+	}
+	out := req.RewriteModel(body, "meta-llama/Llama-3.1-8B")
+	want := `{ "model" : "meta-llama/Llama-3.1-8B", "messages":[{"role":"user","content":"model: public1"}]}`
+	if string(out) != want || req.Model != "meta-llama/Llama-3.1-8B" {
+		t.Errorf("got %s (model %q)", out, req.Model)
+	}
+	again, err := Parse(Chat, out, Options{})
+	if err != nil || again.Model != req.Model || again.PromptTokens != req.PromptTokens {
+		t.Errorf("the rewritten body parses to %+v, %v", again, err)
+	}
+	none, _ := Parse(Chat, []byte(`{"messages":[{"role":"user","content":"hi"}]}`), Options{})
+	if got := none.RewriteModel([]byte(`{"messages":[{"role":"user","content":"hi"}]}`), "x"); string(got) != `{"messages":[{"role":"user","content":"hi"}]}` {
+		t.Errorf("a body without a model changed: %s", got)
+	}
+}

@@ -34,6 +34,9 @@ type Options struct {
 	BlockBytes   int    // prefix block size in rendered bytes; default DefaultBlockBytes
 	Seed         uint64 // hash chain seed; default DefaultSeed
 	MaxBodyBytes int    // default DefaultMaxBodyBytes
+	// BytesPerToken estimates prompt tokens from rendered bytes (no
+	// tokenizer runs in the proxy); default BytesPerToken.
+	BytesPerToken int
 }
 
 func (o Options) withDefaults() Options {
@@ -42,6 +45,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Seed == 0 {
 		o.Seed = DefaultSeed
+	}
+	if o.BytesPerToken <= 0 {
+		o.BytesPerToken = BytesPerToken
 	}
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
@@ -122,8 +128,9 @@ func Parse(kind Kind, body []byte, opts Options) (*Request, error) {
 		return nil, err
 	}
 	req := &p.req
-	req.PromptTokens = p.promptTokens + (len(rendered)-p.tokenBytes+BytesPerToken-1)/BytesPerToken
-	req.BlockTokens = opts.BlockBytes / BytesPerToken
+	bpt := opts.BytesPerToken
+	req.PromptTokens = p.promptTokens + (len(rendered)-p.tokenBytes+bpt-1)/bpt
+	req.BlockTokens = max(opts.BlockBytes/bpt, 1)
 	req.Blocks = HashBlocks(make([]uint64, 0, len(rendered)/opts.BlockBytes), rendered, opts.BlockBytes, opts.Seed)
 	return req, nil
 }
@@ -180,6 +187,12 @@ func (p *parser) topField(key []byte) error {
 	s := &p.s
 	switch string(key) {
 	case "model":
+		if s.peek() == '"' {
+			start := s.pos
+			v, err := p.stringField("model")
+			p.req.Model, p.req.modelAt = v, [2]int{start, s.pos}
+			return err
+		}
 		v, err := p.stringField("model")
 		p.req.Model = v
 		return err

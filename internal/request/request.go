@@ -2,6 +2,7 @@ package request
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -27,8 +28,9 @@ type Request struct {
 	Region string // ingress region: where the client connected
 
 	Model        string
-	PromptTokens int // estimated prompt tokens
-	MaxTokens    int // requested output limit; 0 when the client gave none
+	modelAt      [2]int // the model's JSON string in the body, quotes included; zero if none
+	PromptTokens int    // estimated prompt tokens
+	MaxTokens    int    // requested output limit; 0 when the client gave none
 
 	// Blocks are chained prefix hashes: Blocks[i] stands for the whole prompt
 	// up to the end of block i. Only complete blocks are hashed, because only
@@ -132,4 +134,21 @@ func HashBlocks(dst []uint64, rendered []byte, blockBytes int, seed uint64) []ui
 		rendered = rendered[blockBytes:]
 	}
 	return dst
+}
+
+// RewriteModel returns body with the request's model replaced by model
+// (an alias resolved to the name the engines serve); body must be the one
+// the request was parsed from. A body without a model string is returned
+// as it is. The request's Model becomes model.
+func (r *Request) RewriteModel(body []byte, model string) []byte {
+	start, end := r.modelAt[0], r.modelAt[1]
+	if end <= start || end > len(body) || body[start] != '"' {
+		return body
+	}
+	quoted, _ := json.Marshal(model) // a string always marshals
+	out := make([]byte, 0, len(body)-(end-start)+len(quoted))
+	out = append(append(append(out, body[:start]...), quoted...), body[end:]...)
+	r.Model = model
+	r.modelAt = [2]int{start, start + len(quoted)}
+	return out
 }

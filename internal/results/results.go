@@ -40,7 +40,11 @@ type Result struct {
 	GoodputRPS      float64 `json:"goodput_rps"`            // requests meeting the TTFT SLO per second
 	SLOAttainment   float64 `json:"slo_attainment"`         // share of all requests (dropped included) meeting the SLO
 	CacheHitRate    float64 `json:"cache_hit_rate"`         // prompt tokens served from prefix caches
-	CrossRegion     float64 `json:"cross_region_share"`     // completed requests served outside their ingress region
+	// PrefixPrecision is the share of requests routed as holding a cached
+	// prefix whose engine really held it (to within a block), when the
+	// engines report cached tokens (simulator only).
+	PrefixPrecision float64 `json:"prefix_precision,omitempty"`
+	CrossRegion     float64 `json:"cross_region_share"` // completed requests served outside their ingress region
 
 	Utilization map[string]float64     `json:"utilization,omitempty"`
 	Regions     map[string]RegionStats `json:"regions"`

@@ -18,6 +18,8 @@ type Options struct {
 	Trace     string   // override the scenario's trace file
 	RateScale float64  // multiplies the diurnal peak rate or the replay speed; 0 means 1
 	Parallel  int      // policies simulated at once; default GOMAXPROCS
+	// NoCacheTruth turns the routers' cache-truth feedback off.
+	NoCacheTruth bool
 	// Progress, if set, is called as each policy finishes.
 	Progress func(done, total int, res *results.Result)
 }
@@ -76,6 +78,7 @@ func Compare(s *Scenario, opt Options) (*results.Report, error) {
 			}
 			c := cfg
 			c.Policy, c.Router, _ = strings.Cut(names[i], "@")
+			c.NoCacheTruth = opt.NoCacheTruth
 			res, err := Run(c, src, wl.Span, wl.BlockTokens)
 			if err != nil {
 				errs[i] = fmt.Errorf("policy %s: %w", names[i], err)

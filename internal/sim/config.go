@@ -20,6 +20,11 @@ type RegionSpec struct {
 	// MaxNumSeqs and KVBlocks override the profile's engine defaults.
 	MaxNumSeqs int
 	KVBlocks   int
+	// BelievedCacheTokens, if set, is the KV cache the routers believe
+	// each replica holds: the engines then do not report their cache size
+	// (as a server without vllm:cache_config_info), and the routers size
+	// their prefix index by this until cache truth corrects it.
+	BelievedCacheTokens int
 }
 
 // FaultKind names a fault on the timeline.
@@ -63,6 +68,8 @@ type Config struct {
 	// Retries bounds how often a request that failed before its first
 	// byte is routed again; 0 means the proxy's default.
 	Retries int
+	// NoCacheTruth turns the routers' cache-truth feedback off.
+	NoCacheTruth bool
 	// Router, if set, names the one region whose router serves every
 	// region (a single global router, as most deployments run one today):
 	// every client reaches it across the WAN, and it reaches every
@@ -151,5 +158,6 @@ func (c *Config) withDefaults() error {
 // it for a proxy in front of spec's replicas (see proxy.Config.RegionConfig).
 func (c *Config) regionConfig(spec RegionSpec, blockTokens int) region.Config {
 	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: spec.Name, MaxInFlight: c.MaxInFlight,
-		Prefill: spec.Profile.Prefill(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer}
+		Prefill: spec.Profile.Prefill(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
+		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth}
 }

@@ -25,10 +25,16 @@ func (w *world) result() *results.Result {
 			res.Utilization[spec.Name] = results.Round(w.siteBusy[i].Seconds()/(res.Makespan*float64(spec.Replicas)), 4)
 		}
 	}
+	var predicted, hits int64
 	for _, r := range w.routers {
 		for _, rp := range r.replicas {
 			res.Preemptions += rp.eng.Stats().Preemptions
+			tr := r.core.Truth(rp.handle)
+			predicted, hits = predicted+tr.PredictedHits, hits+tr.Hits
 		}
+	}
+	if predicted > 0 {
+		res.PrefixPrecision = results.Round(float64(hits)/float64(predicted), 4)
 	}
 	return res
 }

@@ -119,6 +119,9 @@ func (r *router) scrape() {
 		m := region.Metrics{}
 		if rp.down == 0 {
 			m = EngineMetrics(rp.eng)
+			if r.w.cfg.Regions[rp.site].BelievedCacheTokens > 0 {
+				m.KVBlocks, m.BlockSize = 0, 0 // the engine does not say
+			}
 		}
 		if rp.site == r.site {
 			r.core.Scraped(rp.handle, m)
@@ -286,6 +289,7 @@ func (k sink) Finished(s *engine.Sequence, _ time.Time) {
 	r, rp, w := k.r, k.rp, k.r.w
 	service := w.now - sr.dispatched
 	sr.seq = nil
+	r.core.CacheReported(sr.req, s.CachedTokens) // as the engine's usage reports it
 	if rp.site == r.site {
 		r.endOn(rp, sr, region.Served, service)
 		r.needPump = true

@@ -53,6 +53,9 @@ type ScenarioRegion struct {
 	Weight       float64 `yaml:"weight"`
 	MaxNumSeqs   int     `yaml:"max_num_seqs"` // engine --max-num-seqs; default the profile's
 	KVBlocks     int     `yaml:"kv_blocks"`    // engine KV blocks; default the profile's
+	// BelievedCacheTokens: the routers believe each replica holds this
+	// much KV cache (the engines do not report theirs); see RegionSpec.
+	BelievedCacheTokens int `yaml:"believed_cache_tokens"`
 }
 
 // ScenarioLink is the RTT of one pair of regions.
@@ -222,6 +225,9 @@ func (s *Scenario) validate() error {
 			errs = append(errs, fmt.Errorf("policies[%d]: %w", i, err))
 		}
 	}
+	for i, r := range s.Regions {
+		check(r.BelievedCacheTokens >= 0, "regions[%d].believed_cache_tokens must not be negative", i)
+	}
 	check(s.Balancer.MaxQueue >= 0 && s.Balancer.MaxWait >= 0 && s.Balancer.MaxInFlight >= 0 && s.Balancer.TenantMaxHeld >= 0,
 		"balancer values must not be negative")
 	check(s.Control.LoadInterval >= 0 && s.Control.DigestInterval >= 0 && s.Control.Scrape >= 0 && s.Control.ProbeInterval >= 0 && s.Control.MaxWANRTT >= 0,
@@ -313,7 +319,7 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 		}
 		idx[r.Name] = i
 		cfg.Regions = append(cfg.Regions, RegionSpec{Name: r.Name, Replicas: r.Replicas, Profile: p, Jurisdiction: r.Jurisdiction,
-			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks})
+			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks, BelievedCacheTokens: r.BelievedCacheTokens})
 		loads = append(loads, workload.RegionLoad{Name: r.Name, UTCOffset: r.UTCOffset, Weight: r.Weight, Jurisdiction: r.Jurisdiction})
 	}
 	cfg.RTT = make([][]time.Duration, len(s.Regions))

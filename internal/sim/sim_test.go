@@ -516,3 +516,30 @@ func TestComparingASingleRouterDeployment(t *testing.T) {
 		t.Errorf("an unknown router region: %v", err)
 	}
 }
+
+// TestCacheTruthTeachesTheRouterTheEnginesRealCache: engines hold a
+// quarter of the cache the router believes (unknown-cache). With
+// cache-truth feedback at least 90% of the requests routed as holding a
+// cached prefix really find it; without, far fewer do, and TTFT is worse.
+func TestCacheTruthTeachesTheRouterTheEnginesRealCache(t *testing.T) {
+	s := scenario(t, "unknown-cache")
+	on, err := Compare(s, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	off, err := Compare(s, Options{NoCacheTruth: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := on.Results[0], off.Results[0]
+	t.Logf("precision %.3f vs %.3f, TTFT p99 %v vs %v ms, SLO %.4f vs %.4f", a.PrefixPrecision, b.PrefixPrecision, a.TTFTP99Ms, b.TTFTP99Ms, a.SLOAttainment, b.SLOAttainment)
+	if a.PrefixPrecision < 0.9 {
+		t.Errorf("with feedback %.1f%% of predicted hits were real, want ≥ 90%%", 100*a.PrefixPrecision)
+	}
+	if b.PrefixPrecision > 0.75 {
+		t.Errorf("without feedback %.1f%% of predicted hits were real: the scenario does not mislead the router", 100*b.PrefixPrecision)
+	}
+	if a.TTFTP99Ms >= b.TTFTP99Ms {
+		t.Errorf("TTFT p99 with feedback %v ms, without %v ms: it should recover", a.TTFTP99Ms, b.TTFTP99Ms)
+	}
+}

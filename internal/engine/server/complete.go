@@ -83,7 +83,6 @@ func (s *Server) awaitProgress(r *http.Request, st *stream) bool {
 		return true
 	case <-r.Context().Done():
 		s.abort(st)
-		s.metrics.aborted()
 		return false
 	}
 }
@@ -95,7 +94,10 @@ func (s *Server) progress(st *stream) (generated int, done bool) {
 	return st.seq.Generated, st.done
 }
 
+// abort gives the engine back a sequence whose client went away, and
+// counts it.
 func (s *Server) abort(st *stream) {
+	s.metrics.aborted()
 	s.mu.Lock()
 	s.eng.Abort(st.seq)
 	s.mu.Unlock()

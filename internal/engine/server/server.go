@@ -23,7 +23,8 @@ import (
 type Config struct {
 	Model  string        // served model name
 	Engine engine.Config // the model's profile and sizes
-	// MetricsStyle is "vllm" (default) or "sglang".
+	// MetricsStyle is "vllm" (default), "sglang", or "none": no /metrics at
+	// all (404), as llama.cpp servers and many OpenAI fronts.
 	MetricsStyle string
 	// TimeScale runs the model faster than real time: 10 means a 100 ms
 	// step takes 10 ms. Default 1. Latencies in responses and metrics are
@@ -87,9 +88,9 @@ func New(cfg Config) (*Server, error) {
 	switch cfg.MetricsStyle {
 	case "":
 		cfg.MetricsStyle = "vllm"
-	case "vllm", "sglang":
+	case "vllm", "sglang", "none":
 	default:
-		return nil, fmt.Errorf("server: metrics style must be vllm or sglang, not %q", cfg.MetricsStyle)
+		return nil, fmt.Errorf("server: metrics style must be vllm, sglang or none, not %q", cfg.MetricsStyle)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -112,7 +113,9 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Completion) })
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-	mux.Handle("GET /metrics", s.metrics.handler())
+	if cfg.MetricsStyle != "none" {
+		mux.Handle("GET /metrics", s.metrics.handler())
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, apierr.New(apierr.NotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})

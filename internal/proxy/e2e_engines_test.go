@@ -1,0 +1,282 @@
+package proxy_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"skywalker/internal/engine"
+	"skywalker/internal/engine/server"
+	"skywalker/internal/node/nodetest"
+)
+
+// syncBuffer is a log sink safe for the cluster's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestEnginesWithoutMetricsAreHeldAndForwardedWithTheDefaults puts the
+// proxies in front of engines that expose no /metrics and run one request
+// at a time (as llama.cpp servers), with every proxy setting at its
+// default: the proxy learns the one slot from first-token times, so a
+// burst at us-east is held in the balancer and partly forwarded rather
+// than piled into the engines; and each replica is warned about once.
+func TestEnginesWithoutMetricsAreHeldAndForwardedWithTheDefaults(t *testing.T) {
+	var logs syncBuffer
+	p, _ := engine.LookupProfile("llama3-8b-a100")
+	c := nodetest.Start(t, nodetest.Options{EnginesPerRegion: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Engine: server.Config{Model: "m", MetricsStyle: "none", TimeScale: 1, Engine: engine.Config{Profile: p, MaxNumSeqs: 1}}})
+	us := c.Region("us-east")
+	gateOpen(t, c, "us-east", "eu-west")
+	// Teach the proxy the slots: a few requests two at a time.
+	for range 3 {
+		burst(t, us.URL, 4, 200)
+	}
+	shared := burst(t, us.URL, 8, 400)
+	served := map[string]int{}
+	for _, r := range shared {
+		if r.status != 200 {
+			t.Fatalf("status %d: %.200s", r.status, r.body)
+		}
+		served[r.region]++
+	}
+	if served["us-east"] == 8 {
+		t.Errorf("nothing of the burst was forwarded: %v (a one-slot engine took the whole burst into its own queue)", served)
+	}
+	t.Logf("burst served %v", served)
+	// The proxy learned the one slot: its cap for each replica is a few
+	// requests, not max_in_flight's 64, so the rest waited in the balancer.
+	page := metricsPage(t, us.URL)
+	for _, e := range us.Engines {
+		host := strings.TrimPrefix(e.URL, "http://")
+		line := metricLine(page, `skywalker_replica_dispatch_cap{region="us-east",replica="`+host+`"}`)
+		var v float64
+		if _, err := fmt.Sscan(strings.TrimSpace(line), &v); err != nil || v < 1 || v > 3 {
+			t.Errorf("replica %s dispatch cap %q, want 1-3 learned for a one-slot engine", host, line)
+		}
+	}
+	for _, series := range []string{"go_goroutines ", "process_resident_memory_bytes "} {
+		if !strings.Contains(page, "\n"+series) {
+			t.Errorf("the proxy's /metrics lacks the runtime series %s", series)
+		}
+	}
+	warnings := grepLines(logs.String(), "exposes no vLLM or SGLang metrics")
+	for _, region := range c.Regions {
+		for _, e := range region.Engines {
+			host := strings.TrimPrefix(e.URL, "http://")
+			if n := strings.Count(warnings, "replica="+host); n != 1 {
+				t.Errorf("replica %s was warned about %d times, want once:\n%s", host, n, warnings)
+			}
+		}
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func metricsPage(t *testing.T, base string) string {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// metricLine is the value after a series name in a metrics page ("" if
+// absent).
+func metricLine(page, series string) string {
+	for _, l := range strings.Split(page, "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// requestsTotal sums skywalker_requests_total over series with outcome.
+func requestsTotal(t *testing.T, base, outcome string) float64 {
+	t.Helper()
+	total := 0.0
+	for _, l := range strings.Split(metricsPage(t, base), "\n") {
+		if strings.HasPrefix(l, "skywalker_requests_total{") && strings.Contains(l, `outcome="`+outcome+`"`) {
+			var v float64
+			if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
+				total += v
+			}
+		}
+	}
+	return total
+}
+
+// abortedAt is how many requests an engine saw its client abandon.
+func abortedAt(t *testing.T, engineURL string) float64 {
+	t.Helper()
+	for _, l := range strings.Split(metricsPage(t, engineURL), "\n") {
+		if strings.HasPrefix(l, "vllm:request_aborted_total{") {
+			v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+			return v
+		}
+	}
+	return 0
+}
+
+// streamUntil sends a streaming request and reads until the body holds
+// stop (or ends), then closes the connection at once.
+func streamUntil(t *testing.T, base, body, stop string, header map[string]string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	buf := make([]byte, 512)
+	for !strings.Contains(sb.String(), stop) {
+		n, err := resp.Body.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	resp.Body.Close() // hang up now
+	return sb.String()
+}
+
+// TestOutcomesTellTheTruth: a stream read to its [DONE] and closed at
+// once is ok; a client that hangs up mid-stream is cancelled, and the
+// engine sees its request aborted (for a forwarded one, the peer's
+// engine); a stream the engine breaks is failed_midstream.
+func TestOutcomesTellTheTruth(t *testing.T) {
+	c := startCluster(t, clusterOpts{timeScale: 1, engines: 1})
+	us := c.Region("us-east")
+	long := chat("tell me a long story", 400, true, "")
+
+	okBefore := requestsTotal(t, us.URL, "ok")
+	if got := streamUntil(t, us.URL, chat("short", 4, true, ""), "data: [DONE]", nil); !strings.Contains(got, "[DONE]") {
+		t.Fatalf("no [DONE] in %q", got)
+	}
+	nodetest.Eventually(t, 30*time.Second, "the complete stream counted ok", func() (bool, string) {
+		n := requestsTotal(t, us.URL, "ok")
+		return n == okBefore+1, fmt.Sprintf("ok went from %v to %v; cancelled %v, failed_midstream %v", okBefore, n,
+			requestsTotal(t, us.URL, "cancelled"), requestsTotal(t, us.URL, "failed_midstream"))
+	})
+
+	abortedBefore := abortedAt(t, us.Engines[0].URL)
+	streamUntil(t, us.URL, long, `"content":"`, nil) // the first token, then hang up
+	nodetest.Eventually(t, 30*time.Second, "the hang-up counted cancelled and aborted at the engine", func() (bool, string) {
+		cancelled, aborted := requestsTotal(t, us.URL, "cancelled"), abortedAt(t, us.Engines[0].URL)
+		return cancelled >= 1 && aborted == abortedBefore+1, fmt.Sprintf("cancelled %v, engine aborted %v (was %v)", cancelled, aborted, abortedBefore)
+	})
+
+	// Forwarded: eu-west may serve only resident requests from us-east.
+	eu := c.Region("eu-west")
+	euAborted := abortedAt(t, eu.Engines[0].URL)
+	streamUntil(t, us.URL, chat("a resident story", 400, true, `,"metadata":{"data_residency":"eu"}`), `"content":"`, nil)
+	nodetest.Eventually(t, 30*time.Second, "the forwarded hang-up aborted at the peer's engine", func() (bool, string) {
+		aborted := abortedAt(t, eu.Engines[0].URL)
+		return aborted == euAborted+1, fmt.Sprintf("eu-west engine aborted %v (was %v)", aborted, euAborted)
+	})
+
+	failedBefore := requestsTotal(t, us.URL, "failed_midstream")
+	done := make(chan string)
+	go func() { done <- streamUntil(t, us.URL, long, "data: [DONE]", nil) }()
+	time.Sleep(800 * time.Millisecond)
+	us.Engines[0].Kill()
+	if body := <-done; !strings.Contains(body, `"upstream_error"`) && !strings.Contains(body, "[DONE]") {
+		t.Errorf("a stream the engine broke ended without an error event: %.300s", body)
+	}
+	nodetest.Eventually(t, 30*time.Second, "the broken stream counted failed_midstream", func() (bool, string) {
+		n := requestsTotal(t, us.URL, "failed_midstream")
+		return n == failedBefore+1, fmt.Sprintf("failed_midstream %v (was %v)", n, failedBefore)
+	})
+}
+
+// TestSequentialConversationsSpreadAndStick: six long conversations, sent
+// one request at a time over two replicas, start three on each (ties go
+// to the emptier cache, then by rendezvous hash, not to the first
+// replica), and every later turn returns to the replica holding its
+// conversation.
+func TestSequentialConversationsSpreadAndStick(t *testing.T) {
+	c := startCluster(t, clusterOpts{})
+	c.Links.SetRTT("us-east", "eu-west", 400*time.Millisecond) // keep it local
+	c.Links.SetRTT("us-east", "ap-east", 400*time.Millisecond)
+	gatesClosed(t, c, "us-east")
+	us := c.Region("us-east")
+	home := map[int]string{}
+	first := map[string]int{}
+	history := make([]string, 6)
+	for turn := range 5 {
+		for conv := range 6 {
+			msg := strings.Repeat(fmt.Sprintf("conversation %d turn %d asks about caches. ", conv, turn), 60)
+			history[conv] += fmt.Sprintf(`{"role":"user","content":%q},`, msg)
+			body := `{"model":"m","max_tokens":4,"messages":[` + strings.TrimSuffix(history[conv], ",") + `]}`
+			r := call(t, us.URL, body, nil)
+			if r.status != 200 {
+				t.Fatalf("conversation %d turn %d: status %d %.200s", conv, turn, r.status, r.body)
+			}
+			history[conv] += `{"role":"assistant","content":"noted"},`
+			if turn == 0 {
+				home[conv] = r.replica
+				first[r.replica]++
+				continue
+			}
+			if r.replica != home[conv] {
+				t.Errorf("conversation %d turn %d went to %s, its prefix is on %s", conv, turn, r.replica, home[conv])
+			}
+		}
+	}
+	if len(first) != 2 || first[us.Engines[0].URL[len("http://"):]] != 3 {
+		t.Errorf("first turns by replica %v, want 3 and 3", first)
+	}
+}
+
+// TestAPeerThatLeavesIsReportedUnhealthy: a region whose proxy shuts down
+// cleanly stays in the peers' metrics as unhealthy, so an alert on
+// skywalker_peer_healthy == 0 fires instead of the series vanishing.
+func TestAPeerThatLeavesIsReportedUnhealthy(t *testing.T) {
+	c := startCluster(t, clusterOpts{engines: 1})
+	if err := c.Region("ap-east").Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	us := c.Region("us-east")
+	nodetest.Eventually(t, 30*time.Second, "us-east reports ap-east unhealthy", func() (bool, string) {
+		v := metricLine(metricsPage(t, us.URL), `skywalker_peer_healthy{peer="ap-east",region="us-east"}`)
+		return v == "0", "skywalker_peer_healthy for ap-east: " + v
+	})
+}
