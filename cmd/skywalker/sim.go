@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,7 +96,7 @@ attainment, cache hit rate and cross-region traffic.`,
 	f.StringVar(&format, "format", "table", "output: table, json or markdown")
 	f.StringVar(&out, "out", "", "directory for results.json, report.md and SVG plots")
 	f.StringVar(&sweep, "sweep", "", "offered-load sweep, rate=LO:HI:STEPS (multiples of the scenario's rate)")
-	f.StringVar(&trace, "trace", "", "trace file for replay scenarios (default: the scenario's, looked up in ../shared/traces)")
+	f.StringVar(&trace, "trace", "", "trace file for replay scenarios (default: the scenario's, built into the binary)")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	f.BoolVar(&fifo, "fifo", false, "turn per-tenant fair queuing off: each class in arrival order")
 	f.BoolVar(&noAdmission, "no-admission", false, "turn SLO-aware admission off: hold every request until its deadline")
@@ -141,47 +139,11 @@ func parseSweep(s string) ([]float64, error) {
 }
 
 func writeSim(w io.Writer, format string, points []report.SweepPoint) error {
-	if len(points) > 1 {
-		if format == "json" {
-			return report.JSON(w, map[string]any{"scenario": points[0].Report.Scenario, "seed": points[0].Report.Seed, "sweep": points})
-		}
-		for _, p := range points {
-			fmt.Fprintf(w, "offered load ×%.2f\n", p.RateScale)
-			if err := writeSim(w, format, []report.SweepPoint{p}); err != nil {
-				return err
-			}
-			fmt.Fprintln(w)
-		}
-		return nil
-	}
-	switch format {
-	case "json":
-		return report.JSON(w, points[0].Report)
-	case "markdown":
-		return report.Markdown(w, points[0].Report)
-	default:
-		return report.Table(w, points[0].Report)
-	}
+	return report.WriteSweep(w, format, points)
 }
 
 func writeSimDir(dir string, points []report.SweepPoint) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("create %s: %w", dir, err)
-	}
-	var js, md bytes.Buffer
-	if err := writeSim(&js, "json", points); err != nil {
-		return err
-	}
-	if err := writeSim(&md, "markdown", points); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), js.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("write results: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), md.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("write report: %w", err)
-	}
-	_, err := report.Plots(dir, points[len(points)/2].Report, points)
+	_, err := report.SimDir(dir, points)
 	return err
 }
 

@@ -110,8 +110,10 @@ type Engine struct {
 	waitHead int
 	running  []*Sequence // in admission order; preemption takes from the tail
 	batch    []*Sequence
-	busy     bool
-	stats    Stats
+	// batchTokens is the tokens the running step scheduled.
+	batchTokens int
+	busy        bool
+	stats       Stats
 }
 
 // New returns an idle engine.
@@ -177,6 +179,16 @@ func (e *Engine) ForEach(fn func(*Sequence)) {
 	for _, s := range e.waiting[e.waitHead:] {
 		fn(s)
 	}
+}
+
+// BudgetShare is the share of the step token budget (MaxNumBatchedTokens)
+// the running step scheduled: its utilization of the engine's token
+// capacity, in [0, 1]; 0 when no step runs.
+func (e *Engine) BudgetShare() float64 {
+	if !e.busy {
+		return 0
+	}
+	return float64(e.batchTokens) / float64(e.cfg.MaxNumBatchedTokens)
 }
 
 // Busy reports whether a step is in progress (between BeginStep and EndStep).
@@ -272,6 +284,7 @@ func (e *Engine) BeginStep(now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	e.busy = true
+	e.batchTokens = e.cfg.MaxNumBatchedTokens - budget
 	d := e.cfg.Profile.StepTime(prefillTokens, decodeSeqs, decodeKV, pairs)
 	e.stats.Steps++
 	e.stats.BusyTime += d

@@ -147,26 +147,34 @@ func Solve(in Input) (*Result, error) {
 	}
 
 	// Stage 1: the least total reservation that serves every hour.
-	minTotal, _, _, err := solveLP(in, -1)
+	minTotal, _, _, err := solveLP(in, -1, nil)
 	if err != nil {
 		return nil, fmt.Errorf("plan: minimum reservation: %w", err)
 	}
 	total := max(replicasFor(minTotal*in.Capacity, in.Capacity), res.AggregatedReplicas)
 	// Stage 2: at that total, the placement with the least RTT-weighted
 	// cross-region traffic; round it to whole replicas that still serve
-	// every hour.
-	_, x, flows, err := solveLP(in, float64(total))
+	// every hour, adding replicas where they are missing.
+	_, x, _, err := solveLP(in, float64(total), nil)
 	if err != nil {
 		return nil, fmt.Errorf("plan: placement: %w", err)
 	}
 	placement := roundPlacement(x, total)
+	isolated := make([]int, len(in.Regions))
+	for i, r := range in.Regions {
+		isolated[i] = res.IsolatedByRegion[r.Name]
+	}
 	for !feasible(in, placement) {
-		total++
-		_, x, flows, err = solveLP(in, float64(total))
-		if err != nil {
-			return nil, fmt.Errorf("plan: placement: %w", err)
-		}
-		placement = roundPlacement(x, total)
+		placement[nextReplica(in, x, placement, isolated)]++
+	}
+	total = 0
+	for _, n := range placement {
+		total += n
+	}
+	// The flows the whole-replica placement implies.
+	_, _, flows, err := solveLP(in, float64(total), placement)
+	if err != nil {
+		return nil, fmt.Errorf("plan: flows: %w", err)
 	}
 	res.PlannedReplicas = total
 	if res.IsolatedReplicas > 0 {
@@ -210,15 +218,17 @@ type flow struct {
 
 // solveLP builds and solves the placement LP. With total < 0 it minimizes
 // the total reservation (in replicas, fractional); otherwise it fixes the
-// total and minimizes RTT-weighted cross-region demand. It returns the
-// objective, the per-region replicas and the flows.
+// total — or, when fixed is not nil, every region's replicas — and
+// minimizes RTT-weighted cross-region demand. It returns the objective,
+// the per-region replicas and the flows.
 //
 // Variables: x_j (replicas in region j); for every hour h, every region i,
 // both demand classes (free, resident) and every region j it may be served
 // in, a flow f ≥ 0; and a capacity slack s_hj ≥ 0. Constraints: each
 // class's flows out of (h, i) sum to its demand; for every (h, j),
-// Σ flows into j + s_hj − capacity·x_j = 0; with a fixed total, Σ x_j = total.
-func solveLP(in Input, total float64) (float64, []float64, []flow, error) {
+// Σ flows into j + s_hj − capacity·x_j = 0; with a fixed total, Σ x_j = total;
+// with fixed replicas, x_j = fixed_j.
+func solveLP(in Input, total float64, fixed []int) (float64, []float64, []flow, error) {
 	R := len(in.Regions)
 	type fvar struct {
 		h, i, j  int
@@ -239,7 +249,10 @@ func solveLP(in Input, total float64) (float64, []float64, []flow, error) {
 	nx, nf, ns := R, len(fvars), Hours*R
 	nvar := nx + nf + ns
 	rows := Hours*R*2 + Hours*R
-	if total >= 0 {
+	switch {
+	case fixed != nil:
+		rows += R
+	case total >= 0:
 		rows++
 	}
 	A := mat.NewDense(rows, nvar, nil)
@@ -276,12 +289,18 @@ func solveLP(in Input, total float64) (float64, []float64, []flow, error) {
 			A.Set(capRow+h*R+j, j, -in.Capacity)
 		}
 	}
-	if total >= 0 {
+	switch {
+	case fixed != nil:
+		for j := range R {
+			A.Set(rows-R+j, j, 1)
+			b[rows-R+j] = float64(fixed[j])
+		}
+	case total >= 0:
 		for j := range R {
 			A.Set(rows-1, j, 1)
 		}
 		b[rows-1] = total
-	} else {
+	default:
 		for j := range R {
 			c[j] = 1
 		}
@@ -322,6 +341,43 @@ func roundPlacement(x []float64, total int) []int {
 		sum++
 	}
 	return out
+}
+
+// nextReplica is the region a placement that misses some hour should grow
+// in: one where a single replica more makes it feasible, else the one
+// furthest below its fractional share, else the one furthest below its
+// isolated peak. Isolated peaks are always feasible, so growing one region
+// at a time ends.
+func nextReplica(in Input, x []float64, placement, isolated []int) int {
+	best, bestGap := -1, math.Inf(-1)
+	for j := range placement {
+		placement[j]++
+		ok := feasible(in, placement)
+		placement[j]--
+		if gap := x[j] - float64(placement[j]); ok && gap > bestGap {
+			best, bestGap = j, gap
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	for j := range placement {
+		if gap := x[j] - float64(placement[j]); gap > 0 && gap > bestGap {
+			best, bestGap = j, gap
+		}
+	}
+	if best >= 0 {
+		return best
+	}
+	for j := range placement {
+		if gap := float64(isolated[j] - placement[j]); gap > 0 && gap > bestGap {
+			best, bestGap = j, gap
+		}
+	}
+	if best < 0 {
+		best = 0 // unreachable: a placement at every isolated peak is feasible
+	}
+	return best
 }
 
 // feasible checks that a whole-replica placement serves every hour: the

@@ -124,3 +124,31 @@ func TestThreeRegionDiurnalSavings(t *testing.T) {
 		t.Errorf("every link is under 200 ms: planned %d should equal aggregated %d", res.PlannedReplicas, res.AggregatedReplicas)
 	}
 }
+
+// TestFractionalNeedsAreRoundedUpWhereTheyAre: when the cheapest
+// fractional placement needs 0.6 of a replica in each of several regions
+// that cannot share, rounding must not starve one of them (it used to add
+// replicas to the wrong region forever).
+func TestFractionalNeedsAreRoundedUpWhereTheyAre(t *testing.T) {
+	in := twoRegions(raised(1.2, 0.3, 2), raised(1.2, 0.3, 14))
+	in.Capacity = 2
+	in.Regions = append(in.Regions, Region{Name: "far", Jurisdiction: "x", Demand: raised(1.2, 0.3, 8)})
+	in.RTT[[2]string{"east", "far"}] = 300 * time.Millisecond
+	in.RTT[[2]string{"west", "far"}] = 300 * time.Millisecond
+	for i, j := range []string{"us", "eu", "ap"} {
+		in.Regions[i].Jurisdiction = j
+		in.Regions[i].ResidencyShare = 0.05 // a little demand each region must keep
+	}
+	res, err := Solve(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"east", "west", "far"} {
+		if res.Placement[name] < 1 {
+			t.Errorf("placement %v: %s has resident demand and no replica", res.Placement, name)
+		}
+	}
+	if res.PlannedReplicas != 3 {
+		t.Errorf("planned %d replicas (%v), want 3: one per region covers every hour at 1.2 rps and capacity 2", res.PlannedReplicas, res.Placement)
+	}
+}

@@ -14,14 +14,10 @@ import (
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "capacity per replica\t%.2f requests/s\n", r.Capacity)
-	fmt.Fprintf(tw, "region-isolated (sum of regional peaks)\t%d replicas\t%v\n", r.IsolatedReplicas, r.IsolatedByRegion)
+	fmt.Fprintf(tw, "region-isolated (sum of regional peaks)\t%d replicas\t%s\n", r.IsolatedReplicas, byRegion(r.IsolatedByRegion))
 	fmt.Fprintf(tw, "aggregated (peak of the sum)\t%d replicas\tsaves %.1f%%\n", r.AggregatedReplicas, 100*r.Savings)
 	fmt.Fprintf(tw, "planned under links and residency\t%d replicas\tsaves %.1f%%\n", r.PlannedReplicas, 100*r.PlannedSavings)
-	var parts []string
-	for _, name := range SortedNames(r.Placement) {
-		parts = append(parts, fmt.Sprintf("%s %d", name, r.Placement[name]))
-	}
-	fmt.Fprintf(tw, "placement\t%s\n", strings.Join(parts, ", "))
+	fmt.Fprintf(tw, "placement\t%s\n", byRegion(r.Placement))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -32,6 +28,15 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// byRegion renders replicas per region as "ap-east 6, eu-west 6".
+func byRegion(m map[string]int) string {
+	var parts []string
+	for _, name := range SortedNames(m) {
+		parts = append(parts, fmt.Sprintf("%s %d", name, m[name]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // FromScenarioTrace replaces the scenario's demand curves with a trace's

@@ -43,7 +43,7 @@ func PlanPlot(dir string, in plan.Input, res *plan.Result) (string, error) {
 		c        color.RGBA
 	}{{"isolated reservation", res.IsolatedReplicas, color.RGBA{R: 200, A: 255}}, {"aggregated reservation", res.AggregatedReplicas, color.RGBA{G: 150, A: 255}}} {
 		y := float64(level.replicas) * res.Capacity
-		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: plan.Hours - 1, Y: y}})
+		l, err := plotter.NewLine(plotter.XYs{{X: 0, Y: y}, {X: plan.Hours, Y: y}})
 		if err != nil {
 			return "", err
 		}
@@ -52,9 +52,22 @@ func PlanPlot(dir string, in plan.Input, res *plan.Result) (string, error) {
 		p.Add(l)
 		p.Legend.Add(fmt.Sprintf("%s (%d replicas)", level.name, level.replicas), l)
 	}
+	// Demand from zero, over the whole day: a curve that starts at its
+	// minimum exaggerates the swing.
+	p.Y.Min, p.X.Min, p.X.Max = 0, 0, plan.Hours
+	p.X.Tick.Marker = plot.ConstantTicks(hourTicks())
 	path := filepath.Join(dir, "plan.svg")
-	if err := p.Save(plotW, plotH, path); err != nil {
-		return "", fmt.Errorf("save %s: %w", path, err)
+	if err := SaveSVG(p, plotW, plotH, path); err != nil {
+		return "", err
 	}
 	return path, nil
+}
+
+// hourTicks marks every fourth hour of a day, 0 to 24.
+func hourTicks() []plot.Tick {
+	var out []plot.Tick
+	for h := 0; h <= plan.Hours; h += 4 {
+		out = append(out, plot.Tick{Value: float64(h), Label: fmt.Sprint(h)})
+	}
+	return out
 }

@@ -1,9 +1,13 @@
 package report
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
+	"io"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -29,8 +33,8 @@ func Plots(dir string, rep *results.Report, sweep []SweepPoint) ([]string, error
 	var paths []string
 	save := func(p *plot.Plot, name string) error {
 		path := filepath.Join(dir, name)
-		if err := p.Save(plotW, plotH, path); err != nil {
-			return fmt.Errorf("save %s: %w", path, err)
+		if err := SaveSVG(p, plotW, plotH, path); err != nil {
+			return err
 		}
 		paths = append(paths, path)
 		return nil
@@ -72,24 +76,29 @@ func Plots(dir string, rep *results.Report, sweep []SweepPoint) ([]string, error
 	return paths, nil
 }
 
+// cacheHitPlot is one horizontal bar per policy (names on the y axis,
+// where they have room however many there are).
 func cacheHitPlot(rep *results.Report) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = "Prefix-cache hit rate (" + rep.Scenario + ")"
-	p.Y.Label.Text = "prompt tokens served from cache"
-	values := make(plotter.Values, len(rep.Results))
-	names := make([]string, len(rep.Results))
-	for i, r := range rep.Results {
-		values[i] = r.CacheHitRate
-		names[i] = r.Policy
+	p.X.Label.Text = "share of prompt tokens served from cache"
+	n := len(rep.Results)
+	values := make(plotter.Values, n)
+	names := make([]string, n)
+	for i, r := range rep.Results { // top to bottom in table order
+		values[n-1-i] = r.CacheHitRate
+		names[n-1-i] = r.Policy
 	}
-	bars, err := plotter.NewBarChart(values, vg.Points(20))
+	bars, err := plotter.NewBarChart(values, vg.Points(12))
 	if err != nil {
 		return nil, fmt.Errorf("cache hit plot: %w", err)
 	}
+	bars.Horizontal = true
 	bars.Color = color.RGBA{R: 60, G: 110, B: 180, A: 255}
 	p.Add(bars)
-	p.NominalX(names...)
-	p.Y.Min, p.Y.Max = 0, 1
+	p.NominalY(names...)
+	p.X.Min, p.X.Max = 0, 1
+	p.X.Padding = 0.4 * vg.Centimeter
 	return p, nil
 }
 
@@ -104,7 +113,8 @@ func seriesPlot(r *results.Result, what string) (*plot.Plot, error) {
 		p.Y.Label.Text = "held requests"
 	} else {
 		p.Title.Text = "Replica utilization per region (" + r.Policy + ")"
-		p.Y.Label.Text = "busy fraction"
+		p.Y.Label.Text = "share of the token budget used"
+		p.Y.Min, p.Y.Max = 0, 1
 	}
 	names := sortedRegions(r)
 	var lines []any
@@ -117,8 +127,8 @@ func seriesPlot(r *results.Result, what string) (*plot.Plot, error) {
 			}
 		default:
 			replicas := r.ReplicaCounts[name]
-			for b, busy := range s.Busy[i] {
-				xys = append(xys, plotter.XY{X: minutes(s, b), Y: busy.Seconds() / (s.Bucket.Seconds() * float64(max(replicas, 1)))})
+			for b, work := range s.Work[i] {
+				xys = append(xys, plotter.XY{X: minutes(s, b), Y: work.Seconds() / (s.Bucket.Seconds() * float64(max(replicas, 1)))})
 			}
 		}
 		if len(xys) == 0 {
@@ -129,6 +139,7 @@ func seriesPlot(r *results.Result, what string) (*plot.Plot, error) {
 	if err := plotutil.AddLines(p, lines...); err != nil {
 		return nil, fmt.Errorf("%s plot: %w", what, err)
 	}
+	p.X.Padding = 0.4 * vg.Centimeter
 	return p, nil
 }
 
@@ -161,5 +172,65 @@ func sweepPlot(sweep []SweepPoint) (*plot.Plot, error) {
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return nil, fmt.Errorf("sweep plot: %w", err)
 	}
+	p.X.Padding = 0.4 * vg.Centimeter
 	return p, nil
+}
+
+// WriteSweep writes one run, or each offered load of a sweep in turn, as
+// a table, markdown or JSON.
+func WriteSweep(w io.Writer, format string, points []SweepPoint) error {
+	if len(points) > 1 {
+		if format == "json" {
+			return JSON(w, map[string]any{"scenario": points[0].Report.Scenario, "seed": points[0].Report.Seed, "sweep": points})
+		}
+		for _, p := range points {
+			fmt.Fprintf(w, "offered load ×%.2f\n", p.RateScale)
+			if err := WriteSweep(w, format, []SweepPoint{p}); err != nil {
+				return err
+			}
+			fmt.Fprintln(w)
+		}
+		return nil
+	}
+	switch format {
+	case "json":
+		return JSON(w, points[0].Report)
+	case "markdown":
+		return Markdown(w, points[0].Report)
+	default:
+		return Table(w, points[0].Report)
+	}
+}
+
+// SimDir writes a run (or a sweep) into dir: results.json, the figures
+// (Plots; those of the middle load of a sweep), and report.md, which
+// embeds them. It returns the paths written.
+func SimDir(dir string, points []SweepPoint) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("create %s: %w", dir, err)
+	}
+	figures, err := Plots(dir, points[len(points)/2].Report, points)
+	if err != nil {
+		return nil, err
+	}
+	var js, md bytes.Buffer
+	if err := WriteSweep(&js, "json", points); err != nil {
+		return nil, err
+	}
+	if err := WriteSweep(&md, "markdown", points); err != nil {
+		return nil, err
+	}
+	md.WriteString("\n")
+	for _, f := range figures {
+		name := filepath.Base(f)
+		fmt.Fprintf(&md, "![%s](%s)\n", strings.TrimSuffix(name, ".svg"), name)
+	}
+	paths := []string{filepath.Join(dir, "results.json"), filepath.Join(dir, "report.md")}
+	if err := os.WriteFile(paths[0], js.Bytes(), 0o644); err != nil {
+		return nil, fmt.Errorf("write results: %w", err)
+	}
+	if err := os.WriteFile(paths[1], md.Bytes(), 0o644); err != nil {
+		return nil, fmt.Errorf("write report: %w", err)
+	}
+	return append(paths, figures...), nil
 }

@@ -169,7 +169,11 @@ type Series struct {
 	Arrivals  [][]int           // [region][bucket]
 	Forwarded [][]int           // requests forwarded out
 	Queue     [][]int           // balancer queue length at the bucket's last summary
-	Busy      [][]time.Duration // engine busy time started in the bucket
+	Busy      [][]time.Duration // engine busy time in the bucket
+	// Work is busy time weighted by the share of the step token budget each
+	// step used: Work / (Bucket × replicas) is the share of the region's
+	// token capacity used, never above 1.
+	Work [][]time.Duration
 }
 
 // Percentile is the nearest-rank percentile of sorted values (0 for none).

@@ -41,7 +41,7 @@ func (w *world) result() *results.Result {
 
 func newSeries(regions int, bucket time.Duration) *series {
 	return &series{results.Series{Bucket: bucket, Arrivals: make([][]int, regions), Forwarded: make([][]int, regions),
-		Queue: make([][]int, regions), Busy: make([][]time.Duration, regions)}}
+		Queue: make([][]int, regions), Busy: make([][]time.Duration, regions), Work: make([][]time.Duration, regions)}}
 }
 
 // series records the per-region time series as the run goes.
@@ -74,8 +74,16 @@ func (s *series) queue(r int, t time.Duration, n int) {
 	s.Queue[r][b] = n
 }
 
-func (s *series) busy(r int, t, d time.Duration) {
-	b := s.bucket(t)
-	s.Busy[r] = grow(s.Busy[r], b)
-	s.Busy[r][b] += d
+// busy books a step of d starting at t that used share of its token
+// budget, split over the buckets it spans.
+func (s *series) busy(r int, t, d time.Duration, share float64) {
+	for d > 0 {
+		b := s.bucket(t)
+		s.Busy[r] = grow(s.Busy[r], b)
+		s.Work[r] = grow(s.Work[r], b)
+		part := min(d, time.Duration(b+1)*s.Bucket-t)
+		s.Busy[r][b] += part
+		s.Work[r][b] += time.Duration(float64(part) * share)
+		t, d = t+part, d-part
+	}
 }

@@ -241,7 +241,7 @@ func (r *router) kick(rp *replica) {
 		return
 	}
 	r.w.siteBusy[rp.site] += d
-	r.w.series.busy(rp.site, r.w.now, d)
+	r.w.series.busy(rp.site, r.w.now, d, rp.eng.BudgetShare())
 	r.w.push(event{at: r.w.now + d, kind: evStepEnd, router: int32(r.idx), replica: int32(rp.index), epoch: rp.epoch})
 }
 

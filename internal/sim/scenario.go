@@ -370,10 +370,8 @@ func (s *Scenario) workload(loads []workload.RegionLoad, trace string) (*Workloa
 			d.Lengths = workload.Synthetic()
 		} else {
 			dist, err := workload.LengthsFromTrace(lengths)
-			if errors.Is(err, workload.ErrNoTraces) {
-				dist = workload.Synthetic() // reported in Workload.Lengths
-			} else if err != nil {
-				return nil, err
+			if err != nil {
+				return nil, fmt.Errorf("workload.lengths: %w", err)
 			}
 			d.Lengths = dist
 		}

@@ -2,7 +2,6 @@ package sim
 
 import (
 	"encoding/json"
-	"os"
 	"skywalker/internal/request"
 	"strings"
 	"testing"
@@ -85,6 +84,37 @@ func TestQuickstartServesEveryRequest(t *testing.T) {
 	}
 }
 
+// TestUtilizationIsAShareOfTokenCapacity: the utilization series is busy
+// time weighted by the token budget each step used — never above the
+// region's capacity, rising with the load.
+func TestUtilizationIsAShareOfTokenCapacity(t *testing.T) {
+	var mean []float64
+	for _, rps := range []float64{1, 6} {
+		cfg, d := oneRegion(t, "local", 1, rps, 0)
+		res := runOne(t, cfg, d)
+		s := res.Series
+		total, buckets := 0.0, 0
+		for b, work := range s.Work[0] {
+			share := work.Seconds() / s.Bucket.Seconds()
+			if share < 0 || share > 1+1e-9 {
+				t.Errorf("%.0f rps, bucket %d: %.3f of the token capacity used", rps, b, share)
+			}
+			if work > s.Busy[0][b] {
+				t.Errorf("%.0f rps, bucket %d: work %v above busy time %v", rps, b, work, s.Busy[0][b])
+			}
+			total += share
+			buckets++
+		}
+		if buckets == 0 {
+			t.Fatalf("%.0f rps: no utilization series", rps)
+		}
+		mean = append(mean, total/float64(buckets))
+	}
+	if !(mean[0] > 0 && mean[1] > 2*mean[0]) {
+		t.Errorf("mean share of token capacity by load %v: want it positive and rising with the load", mean)
+	}
+}
+
 // oneRegion is a single-region config with a flat (Poisson) workload.
 func oneRegion(t testing.TB, policyName string, replicas int, rps float64, tenants int) (Config, workload.Diurnal) {
 	p, _ := engine.LookupProfile("llama3-8b-a100")
@@ -145,16 +175,7 @@ func TestOneRegionSkywalkerBehavesLikeLocal(t *testing.T) {
 // trace into one replica with an unbounded cache: the hit rate must approach
 // the share of prompt tokens whose prefix appeared before.
 func TestUnboundedCacheReachesTheTracesReusableFraction(t *testing.T) {
-	path, err := workload.TracePath("mooncake_conversation.jsonl")
-	if err != nil {
-		t.Skipf("trace not available: %v", err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := workload.ParseMooncake(f)
-	f.Close()
+	recs, err := workload.LoadTrace("mooncake_conversation.jsonl", "")
 	if err != nil {
 		t.Fatal(err)
 	}

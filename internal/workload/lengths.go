@@ -31,7 +31,7 @@ func Synthetic() *LengthDist {
 	return &LengthDist{Name: "synthetic-lognormal", inMu: math.Log(1020), inSigma: 0.8, outMu: math.Log(129), outSigma: 1.0}
 }
 
-// LengthsFromTrace loads an Azure trace file (found with TracePath) as an
+// LengthsFromTrace loads an Azure trace (a file, or a built-in one; see LoadTrace) as an
 // empirical length distribution.
 func LengthsFromTrace(name string) (*LengthDist, error) {
 	recs, err := LoadTrace(name, FormatAzure)

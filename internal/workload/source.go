@@ -1,8 +1,11 @@
 package workload
 
 import (
-	"errors"
+	"compress/gzip"
+	"embed"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -65,44 +68,87 @@ func (l *limitSource) Next() (Arrival, bool) {
 	return l.src.Next()
 }
 
-// ErrNoTraces is returned when the shared traces directory cannot be found.
-var ErrNoTraces = errors.New("trace directory not found (set SKYWALKER_TRACES to the folder holding the traces)")
+// embedded holds gzipped copies of the public traces (traces/README.md
+// has their sources and licences), so every scenario runs from the binary
+// alone.
+//
+//go:embed traces/*.gz traces/README.md
+var embedded embed.FS
 
-// TracePath finds a trace file by name: in $SKYWALKER_TRACES if set, else
-// in ../shared/traces beside the repository (found by walking up from the
-// working directory to the folder holding go.mod).
-func TracePath(name string) (string, error) {
+// EmbeddedTraces lists the traces built into the binary.
+func EmbeddedTraces() []string {
+	entries, _ := embedded.ReadDir("traces")
+	var out []string
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".gz"); ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// traceSource is where a trace is read from: a file on disk, or an
+// embedded copy (path "embedded:NAME").
+type traceSource struct {
+	path     string
+	embedded bool
+}
+
+// findTrace resolves a trace by name: a path (anything with a directory,
+// or an existing file) is read as it is; a bare name is looked up in
+// $SKYWALKER_TRACES if that is set, else among the embedded traces. A
+// trace that is not found is an error naming where it was looked for,
+// never a silent substitute.
+func findTrace(name string) (traceSource, error) {
 	if filepath.IsAbs(name) || filepath.Dir(name) != "." {
 		if _, err := os.Stat(name); err != nil {
-			return "", fmt.Errorf("trace %s: %w", name, err)
+			return traceSource{}, fmt.Errorf("trace %s: %w", name, err)
 		}
-		return name, nil
+		return traceSource{path: name}, nil
 	}
 	if dir := os.Getenv("SKYWALKER_TRACES"); dir != "" {
 		p := filepath.Join(dir, name)
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("trace %s: %w", name, err)
+			return traceSource{}, fmt.Errorf("trace %s (SKYWALKER_TRACES=%s): %w", name, dir, err)
 		}
-		return p, nil
+		return traceSource{path: p}, nil
 	}
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("find trace %s: %w", name, err)
+	if _, err := fs.Stat(embedded, "traces/"+name+".gz"); err == nil {
+		return traceSource{path: "embedded:" + name, embedded: true}, nil
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			p := filepath.Join(dir, "..", "shared", "traces", name)
-			if _, err := os.Stat(p); err == nil {
-				return p, nil
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("trace %s: %w", name, ErrNoTraces)
-		}
-		dir = parent
+	if _, err := os.Stat(name); err == nil {
+		return traceSource{path: name}, nil
 	}
+	return traceSource{}, fmt.Errorf("trace %q: not a file, and not one of the built-in traces (%s)", name, strings.Join(EmbeddedTraces(), ", "))
 }
+
+// open reads the trace, gunzipping an embedded one.
+func (t traceSource) open() (io.ReadCloser, error) {
+	if !t.embedded {
+		f, err := os.Open(t.path)
+		if err != nil {
+			return nil, fmt.Errorf("open trace: %w", err)
+		}
+		return f, nil
+	}
+	f, err := embedded.Open("traces/" + strings.TrimPrefix(t.path, "embedded:") + ".gz")
+	if err != nil {
+		return nil, fmt.Errorf("open embedded trace: %w", err)
+	}
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("embedded trace %s: %w", t.path, err)
+	}
+	return gzipFile{z, f}, nil
+}
+
+type gzipFile struct {
+	*gzip.Reader
+	f fs.File
+}
+
+func (g gzipFile) Close() error { g.Reader.Close(); return g.f.Close() }
 
 // Trace formats understood by LoadTrace.
 const (
@@ -110,51 +156,51 @@ const (
 	FormatAzure    = "azure"    // CSV with TIMESTAMP, ContextTokens, GeneratedTokens
 )
 
-// LoadTrace finds a trace with TracePath and parses it. format is
+// LoadTrace finds a trace (see findTrace) and parses it. format is
 // FormatMooncake or FormatAzure; empty picks by extension (.csv is Azure,
-// anything else Mooncake). A file already parsed (same path, size and
-// modification time) is not parsed again: an evaluation builds thousands
-// of workloads from the same traces. The records are shared: callers must
-// not modify them.
+// anything else Mooncake). A trace already parsed (the same embedded
+// copy, or a file of the same path, size and modification time) is not
+// parsed again: an evaluation builds thousands of workloads from the same
+// traces. The records are shared: callers must not modify them.
 func LoadTrace(name, format string) (recs []TraceRecord, err error) {
-	path, err := TracePath(name)
+	src, err := findTrace(name)
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("open trace: %w", err)
-	}
-	defer f.Close()
 	if format == "" {
 		format = FormatMooncake
-		if strings.HasSuffix(path, ".csv") {
+		if strings.HasSuffix(src.path, ".csv") {
 			format = FormatAzure
 		}
 	}
-	key := traceKey{path: path, format: format}
-	if st, statErr := f.Stat(); statErr == nil {
-		key.size, key.mod = st.Size(), st.ModTime().UnixNano()
-		if recs, ok := traceCache.Load(key); ok {
-			return recs.([]TraceRecord), nil
+	key := traceKey{path: src.path, format: format}
+	if !src.embedded {
+		st, statErr := os.Stat(src.path)
+		if statErr != nil {
+			return nil, fmt.Errorf("trace %s: %w", name, statErr)
 		}
-		defer func() {
-			if err == nil {
-				traceCache.Store(key, recs)
-			}
-		}()
+		key.size, key.mod = st.Size(), st.ModTime().UnixNano()
 	}
+	if recs, ok := traceCache.Load(key); ok {
+		return recs.([]TraceRecord), nil
+	}
+	r, err := src.open()
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
 	switch format {
 	case FormatMooncake:
-		recs, err = ParseMooncake(f)
+		recs, err = ParseMooncake(r)
 	case FormatAzure:
-		recs, err = ParseAzure(f)
+		recs, err = ParseAzure(r)
 	default:
 		return nil, fmt.Errorf("trace %s: unknown format %q", name, format)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", src.path, err)
 	}
+	traceCache.Store(key, recs)
 	return recs, nil
 }
 

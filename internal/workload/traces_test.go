@@ -69,27 +69,18 @@ func TestParseAzureRejectsBadRows(t *testing.T) {
 	}
 }
 
-// TestRealTraces parses the shared traces when they are present.
-func TestRealTraces(t *testing.T) {
+// TestTheEmbeddedTracesAreTheWholeTraces: the traces built into the
+// binary parse to their published row counts (README), with no files
+// beside it; a name that is neither a file nor built in is an error that
+// names the built-in ones; SKYWALKER_TRACES, when set, is where names are
+// looked up.
+func TestTheEmbeddedTracesAreTheWholeTraces(t *testing.T) {
+	t.Chdir(t.TempDir()) // nothing beside us
 	for _, tc := range []struct {
-		name  string
-		parse func(f *os.File) ([]TraceRecord, error)
-		rows  int
-	}{
-		{"mooncake_conversation.jsonl", func(f *os.File) ([]TraceRecord, error) { return ParseMooncake(f) }, 12031},
-		{"azure_conv_2023.csv", func(f *os.File) ([]TraceRecord, error) { return ParseAzure(f) }, 19366},
-		{"azure_code_2023.csv", func(f *os.File) ([]TraceRecord, error) { return ParseAzure(f) }, 8819},
-	} {
-		path, err := TracePath(tc.name)
-		if err != nil {
-			t.Skipf("traces not available: %v", err)
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs, err := tc.parse(f)
-		f.Close()
+		name string
+		rows int
+	}{{"mooncake_conversation.jsonl", 12031}, {"azure_conv_2023.csv", 19366}, {"azure_code_2023.csv", 8819}} {
+		recs, err := LoadTrace(tc.name, "")
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -97,6 +88,15 @@ func TestRealTraces(t *testing.T) {
 		if len(recs) != tc.rows && len(recs) != tc.rows-1 {
 			t.Errorf("%s: %d records, want about %d", tc.name, len(recs), tc.rows)
 		}
+	}
+	if _, err := LoadTrace("nowhere.jsonl", ""); err == nil || !strings.Contains(err.Error(), "azure_conv_2023.csv") {
+		t.Errorf("a missing trace: %v; want an error naming the built-in traces", err)
+	}
+	dir := t.TempDir()
+	_ = os.WriteFile(dir+"/azure_conv_2023.csv", []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,2\n"), 0o644)
+	t.Setenv("SKYWALKER_TRACES", dir)
+	if recs, err := LoadTrace("azure_conv_2023.csv", ""); err != nil || len(recs) != 1 {
+		t.Errorf("with SKYWALKER_TRACES: %d records, %v; want the folder's one-row file", len(recs), err)
 	}
 }
 
