@@ -2,9 +2,12 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -19,8 +22,9 @@ import (
 func newBenchCommand() *cobra.Command {
 	var (
 		scenario, endpoints, model, format, trace string
-		speedup                                   float64
+		speedup, maxFailed                        float64
 		limit                                     int
+		quiet                                     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -32,7 +36,12 @@ the same table as sim: TTFT, inter-token latency, end-to-end, goodput, cache
 hits and, behind SkyWalker, which region served each request.
 
 --endpoints maps regions to base URLs: us-east=http://a:9000,eu-west=http://b:9000
-(a single URL without a region receives every request).`,
+(a single URL without a region receives every request; with only region=URL
+pairs, the requests of regions not named are left out, with a warning).
+
+bench exits with status 1, after the table and the first errors, when more
+than --max-failed of the requests failed (a refused connection, a non-200
+answer, a stream that broke).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sc, err := loadScenario(scenario)
@@ -55,21 +64,56 @@ hits and, behind SkyWalker, which region served each request.
 			if cfg.Default == "" && len(cfg.Endpoints) == 0 {
 				return fmt.Errorf("--endpoints is required")
 			}
+			if err := checkFlags(within("max-failed", maxFailed, 0, 1), above("speedup", speedup, 0), atLeast("limit", float64(limit), 0)); err != nil {
+				return err
+			}
 			src, err := wl.Source()
 			if err != nil {
 				return err
 			}
-			cfg.Source = workload.Limit(src, limit)
+			arrivals, unrouted := bench.Route(workload.Limit(src, limit), cfg.Endpoints, cfg.Default)
+			for _, region := range slices.Sorted(maps.Keys(unrouted)) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "warning: region %s has no endpoint; its %d requests are not sent (add %s=URL to --endpoints, or give one URL for every region)\n",
+					region, unrouted[region], region)
+			}
+			if len(arrivals) == 0 {
+				return fmt.Errorf("no request to send: no region of scenario %s has an endpoint", sc.Name)
+			}
+			cfg.Source = workload.NewSliceSource(arrivals)
+			progress := newProgress(cmd.ErrOrStderr(), len(arrivals), quiet, "requests")
+			defer progress.finish()
+			var (
+				mu   sync.Mutex
+				ttft []float64
+			)
+			cfg.OnSample = func(s bench.Sample) {
+				mu.Lock()
+				if s.OK() {
+					ttft = append(ttft, float64(s.TTFT.Milliseconds()))
+				}
+				n := len(ttft)
+				if n > 0 && (n < 20 || n%10 == 0) { // a live median, recomputed now and then
+					sorted := slices.Clone(ttft)
+					slices.Sort(sorted)
+					progress.describe(fmt.Sprintf("requests, TTFT p50 %.0f ms", results.Percentile(sorted, 0.5)))
+				}
+				mu.Unlock()
+				progress.add()
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			start := time.Now()
-			res, _, err := bench.Run(ctx, cfg)
+			res, samples, err := bench.Run(ctx, cfg)
 			if err != nil && ctx.Err() == nil {
 				return err
 			}
+			progress.finish()
 			fmt.Fprintf(cmd.ErrOrStderr(), "replayed %d requests in %v\n", res.Requests, time.Since(start).Round(time.Millisecond))
 			rep := &results.Report{Scenario: sc.Name, Seed: sc.Seed, Lengths: wl.Lengths, Results: []*results.Result{res}}
-			return writeSim(cmd.OutOrStdout(), format, []report.SweepPoint{{RateScale: speedup, Report: rep}})
+			if err := writeSim(cmd.OutOrStdout(), format, []report.SweepPoint{{RateScale: speedup, Report: rep}}); err != nil {
+				return err
+			}
+			return bench.Check(samples, maxFailed)
 		},
 	}
 	f := cmd.Flags()
@@ -80,5 +124,7 @@ hits and, behind SkyWalker, which region served each request.
 	f.Float64Var(&speedup, "speedup", 1, "divide arrival times by this")
 	f.IntVar(&limit, "limit", 0, "replay at most this many requests (0: all)")
 	f.StringVar(&format, "format", "table", "output: table, json or markdown")
+	f.Float64Var(&maxFailed, "max-failed", 0.01, "share of requests that may fail before bench exits with status 1")
+	f.BoolVar(&quiet, "quiet", false, "no progress bar")
 	return cmd
 }

@@ -1,9 +1,10 @@
 package main
 
 import (
-	"log/slog"
+	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -11,7 +12,7 @@ import (
 	"skywalker/internal/demo"
 )
 
-func newDemoCommand() *cobra.Command {
+func newDemoCommand(logs *logFlags) *cobra.Command {
 	var opt demo.Options
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -20,18 +21,34 @@ func newDemoCommand() *cobra.Command {
 engines and a proxy (ports 9000, 9001, 9002), joined by a mesh with emulated
 WAN delays; drives a compressed, phase-shifted day through them, first with
 forwarding off and then through SkyWalker, with a live view; prints what the
-clients measured; and keeps serving for your own OpenAI client.`,
+clients measured; and keeps serving for your own OpenAI client. The
+processes' logs go to --log-file, so the terminal shows only the view.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFlags(atLeast("duration", opt.Duration.Seconds(), 0)); err != nil {
+				return err
+			}
+			f, err := os.Create(opt.LogPath)
+			if err != nil {
+				return fmt.Errorf("--log-file: %w", err)
+			}
+			defer f.Close()
+			if opt.Logger, err = logs.logger(f); err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			opt.Stdout, opt.Stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			opt.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-			_, err := demo.Run(ctx, opt)
+			opt.Live = isTerminal(opt.Stdout)
+			if opt.JSON {
+				opt.Live = isTerminal(opt.Stderr)
+			}
+			_, err = demo.Run(ctx, opt)
 			return err
 		},
 	}
 	cmd.Flags().DurationVar(&opt.Duration, "duration", 0, "exit after this long (e.g. 20s); default: run the days, then serve until Ctrl-C")
 	cmd.Flags().BoolVar(&opt.JSON, "json", false, "print the final summary as JSON")
+	cmd.Flags().StringVar(&opt.LogPath, "log-file", filepath.Join(os.TempDir(), "skywalker-demo.log"), "where the proxies, engines and mesh log")
 	return cmd
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"net"
 	"os"
 	"os/signal"
@@ -15,7 +14,7 @@ import (
 	"skywalker/internal/engine/server"
 )
 
-func newEngineCommand() *cobra.Command {
+func newEngineCommand(logs *logFlags) *cobra.Command {
 	var (
 		listen  string
 		model   string
@@ -31,6 +30,14 @@ continuous batching, chunked prefill, a paged KV cache with prefix reuse, and
 step times from a hardware profile (` + strings.Join(engine.ProfileNames(), ", ") + `).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFlags(above("time-scale", scfg.TimeScale, 0), atLeast("kv-blocks", float64(ecfg.KVBlocks), 0),
+				atLeast("block-size", float64(ecfg.BlockSize), 0), atLeast("max-num-seqs", float64(ecfg.MaxNumSeqs), 0),
+				atLeast("max-num-batched-tokens", float64(ecfg.MaxNumBatchedTokens), 0), atLeast("default-max-tokens", float64(scfg.DefaultMaxTokens), 1),
+				within("fault-error-rate", scfg.Faults.ErrorRate, 0, 1), within("fault-hang-rate", scfg.Faults.HangRate, 0, 1),
+				within("fault-stall-rate", scfg.Faults.StallRate, 0, 1), atLeast("fault-stall-after", float64(scfg.Faults.StallAfter), 0),
+				atLeast("fault-exit-after", float64(scfg.Faults.ExitAfter), 0)); err != nil {
+				return err
+			}
 			p, err := engine.LookupProfile(profile)
 			if err != nil {
 				return err
@@ -38,7 +45,9 @@ step times from a hardware profile (` + strings.Join(engine.ProfileNames(), ", "
 			ecfg.Profile = p
 			scfg.Engine = ecfg
 			scfg.Model = model
-			scfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			if scfg.Logger, err = logs.logger(cmd.ErrOrStderr()); err != nil {
+				return err
+			}
 			srv, err := server.New(scfg)
 			if err != nil {
 				return err

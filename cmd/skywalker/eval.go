@@ -74,7 +74,7 @@ against reservation size; every number is the mean of several seeds with a
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			progress := newProgress(cmd.ErrOrStderr(), 1, quiet)
+			progress := newProgress(cmd.ErrOrStderr(), 1, quiet, "simulations")
 			defer progress.finish()
 			opt.Progress = progress.set
 			rep, err := eval.Run(ctx, opt)

@@ -53,6 +53,8 @@ func newRootCommand() *cobra.Command {
 		pprof.StopCPUProfile()
 		return profileFile.Close()
 	}
-	root.AddCommand(newExplainCommand(), newEngineCommand(), newSimCommand(), newServeCommand(), newPlanCommand(), newDemoCommand(), newBenchCommand(), newEvalCommand())
+	logs := &logFlags{}
+	logs.register(root)
+	root.AddCommand(newExplainCommand(), newEngineCommand(logs), newSimCommand(), newServeCommand(logs), newPlanCommand(), newDemoCommand(logs), newBenchCommand(), newEvalCommand())
 	return root
 }

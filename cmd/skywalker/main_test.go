@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func run(t *testing.T, args ...string) (string, error) {
@@ -108,5 +110,72 @@ func TestSimRejectsBadFlags(t *testing.T) {
 		if _, err := run(t, args...); err == nil {
 			t.Errorf("%v: want an error", args)
 		}
+	}
+}
+
+func TestOneLogFormatWithDurationsAsStrings(t *testing.T) {
+	for _, format := range []string{"json", "text", "auto"} {
+		var buf bytes.Buffer
+		lf := &logFlags{format: format, level: "info"}
+		log, err := lf.logger(&buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.With("interval", 250*time.Millisecond).Info("draining", "timeout", 30*time.Second)
+		line := buf.String()
+		if !strings.Contains(line, "30s") || !strings.Contains(line, "250ms") || strings.Contains(line, "30000000000") {
+			t.Errorf("--log-format %s: %q; want durations as strings", format, line)
+		}
+		// auto on a buffer (not a terminal) is JSON.
+		if isJSON := json.Valid(buf.Bytes()); isJSON != (format != "text") {
+			t.Errorf("--log-format %s: JSON %v: %q", format, isJSON, line)
+		}
+	}
+	for _, lf := range []logFlags{{format: "xml", level: "info"}, {format: "json", level: "loud"}} {
+		if _, err := lf.logger(&bytes.Buffer{}); err == nil {
+			t.Errorf("%+v: want an error", lf)
+		}
+	}
+}
+
+func TestNumericFlagsAreValidated(t *testing.T) {
+	for _, args := range [][]string{
+		{"engine", "--time-scale", "-1"},
+		{"engine", "--time-scale", "0"},
+		{"engine", "--fault-error-rate", "1.5"},
+		{"engine", "--kv-blocks", "-5"},
+		{"bench", "--endpoints", "http://127.0.0.1:1", "--speedup", "0"},
+		{"bench", "--endpoints", "http://127.0.0.1:1", "--max-failed", "2"},
+		{"bench", "--endpoints", "http://127.0.0.1:1", "--limit", "-1"},
+		{"plan", "--scenario", "quickstart", "--capacity", "-2"},
+		{"plan", "--scenario", "quickstart", "--capacity", "2", "--target", "1.5"},
+		{"plan", "--scenario", "quickstart", "--capacity", "2", "--trace-scale", "0"},
+		{"plan", "--scenario", "quickstart", "--capacity", "2", "--max-wan-rtt-ms", "-1"},
+		{"serve", "--max-in-flight", "0"},
+		{"serve", "--max-wan-rtt-ms", "-3"},
+		{"demo", "--duration", "-1s"},
+	} {
+		out, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), "--"+strings.TrimPrefix(args[len(args)-2], "--")) {
+			t.Errorf("%v: error %v (output %q); want one naming the flag", args, err, out)
+		}
+	}
+}
+
+func TestBenchExitsNonZeroAndSaysWhy(t *testing.T) {
+	// A port nothing listens on: every request is refused.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	out, err := run(t, "bench", "--endpoints", "http://"+addr, "--limit", "3", "--quiet")
+	if err == nil || !strings.Contains(err.Error(), "3 of 3 requests failed") || !strings.Contains(err.Error(), "connection refused") {
+		t.Errorf("bench against a closed port: error %v; want the failure share and the connection error\n%s", err, out)
+	}
+	out, err = run(t, "bench", "--endpoints", "us-east=http://"+addr, "--limit", "12", "--quiet")
+	if !strings.Contains(out, "warning: region eu-west has no endpoint") || !strings.Contains(out, "warning: region ap-east has no endpoint") {
+		t.Errorf("bench with one region's endpoint: want warnings for the others\n%s (error %v)", out, err)
 	}
 }

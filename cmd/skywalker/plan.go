@@ -43,6 +43,10 @@ Mooncake or Azure trace's arrival pattern stretched over a day in each of the
 scenario's regions, shifted by its time zone, times --trace-scale).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFlags(above("trace-scale", traceScale, 0), atLeast("capacity", capacity, 0), within("target", target, 0, 1),
+				atLeast("max-wan-rtt-ms", wanMs, 0), within("seeds", float64(seeds), 1, 50)); err != nil {
+				return err
+			}
 			sources := 0
 			for _, s := range []string{scenario, demandFile, from} {
 				if s != "" {
@@ -201,7 +205,7 @@ func verifyPlan(cmd *cobra.Command, sc *sim.Scenario, in plan.Input, target floa
 	spec.PlanCapacity, spec.Control.MaxWANRTT = in.Capacity, in.MaxWANRTT
 	opt := eval.Options{Entries: []eval.Entry{{Scenario: sc.Name, Role: eval.RoleOf(sc.Name), Spec: &spec}},
 		Seeds: seeds, Target: target, Loads: []float64{1}, Sizes: []float64{1}, Variants: parseVariants(policyList)}
-	progress := newProgress(cmd.ErrOrStderr(), 1, false)
+	progress := newProgress(cmd.ErrOrStderr(), 1, false, "verifying: simulations")
 	defer progress.finish()
 	opt.Progress = progress.set
 	rep, err := eval.Run(cmd.Context(), opt)

@@ -22,7 +22,7 @@ func TestTheREADMEDocumentsEverySetting(t *testing.T) {
 			t.Errorf("README does not document %s", name)
 		}
 	}
-	newServeCommand().Flags().VisitAll(func(f *pflag.Flag) {
+	newServeCommand(&logFlags{}).Flags().VisitAll(func(f *pflag.Flag) {
 		if f.Name != "config" && !strings.Contains(string(readme), "--"+f.Name) {
 			t.Errorf("README does not document serve --%s", f.Name)
 		}

@@ -17,7 +17,7 @@ import (
 	"skywalker/internal/proxy"
 )
 
-func newServeCommand() *cobra.Command {
+func newServeCommand(logs *logFlags) *cobra.Command {
 	var configFile string
 	flagCfg := proxy.DefaultConfig()
 	var peers, workers, keys, emulateWAN string
@@ -32,11 +32,17 @@ the environment (REGION_ID, PEER_REGIONS, LOCAL_WORKER_POOL,
 MAX_WAN_RTT_THRESHOLD_MS, SKYWALKER_*), then --config YAML, then defaults.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFlags(atLeast("max-wan-rtt-ms", wanMs, 0), atLeast("max-in-flight", float64(flagCfg.MaxInFlight), 1)); err != nil {
+				return err
+			}
 			cfg, err := loadServeConfig(cmd.Flags(), configFile, os.Getenv, flagCfg, peers, workers, keys, wanMs, emulateWAN)
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			log, err := logs.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runServe(ctx, cfg, log)

@@ -23,7 +23,7 @@ func TestServeConfigPrecedence(t *testing.T) {
 	if err := os.WriteFile(file, []byte("region: file-region\nlisten: ':7000'\npolicy: local\nworker_pool: [http://file:8000]\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := newServeCommand()
+	cmd := newServeCommand(&logFlags{})
 	if err := cmd.ParseFlags([]string{"--listen", ":9100"}); err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
-	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
 	"skywalker/internal/report"
@@ -66,7 +63,7 @@ attainment, cache hit rate and cross-region traffic.`,
 			if len(names) == 0 {
 				names = sc.PolicyNames()
 			}
-			progress := newProgress(cmd.ErrOrStderr(), len(names)*len(scales), quiet)
+			progress := newProgress(cmd.ErrOrStderr(), len(names)*len(scales), quiet, "policies simulated")
 			defer progress.finish()
 			opt.Progress = func(int, int, *results.Result) { progress.add() }
 			var points []report.SweepPoint
@@ -145,74 +142,4 @@ func writeSim(w io.Writer, format string, points []report.SweepPoint) error {
 func writeSimDir(dir string, points []report.SweepPoint) error {
 	_, err := report.SimDir(dir, points)
 	return err
-}
-
-// progress shows a bar on a terminal once a run has taken more than two
-// seconds; it stays silent on pipes and with --quiet.
-type progress struct {
-	mu    sync.Mutex
-	bar   *progressbar.ProgressBar
-	done  int
-	total int
-	w     io.Writer
-	timer *time.Timer
-}
-
-func newProgress(w io.Writer, total int, quiet bool) *progress {
-	p := &progress{total: total, w: w}
-	if quiet || !isTerminal(w) {
-		return p
-	}
-	p.timer = time.AfterFunc(2*time.Second, func() {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		if p.done < p.total {
-			p.bar = progressbar.NewOptions(p.total, progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("simulating"),
-				progressbar.OptionShowCount(), progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish())
-			_ = p.bar.Set(p.done)
-		}
-	})
-	return p
-}
-
-func (p *progress) add() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.done++
-	if p.bar != nil {
-		_ = p.bar.Add(1)
-	}
-}
-
-// set moves the bar to done of total (the total may grow as the work
-// reveals itself).
-func (p *progress) set(done, total int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.done, p.total = done, max(total, done)
-	if p.bar != nil {
-		p.bar.ChangeMax(p.total)
-		_ = p.bar.Set(done)
-	}
-}
-
-func (p *progress) finish() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.timer != nil {
-		p.timer.Stop()
-	}
-	if p.bar != nil {
-		_ = p.bar.Finish()
-		p.bar = nil
-	}
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

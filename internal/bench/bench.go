@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -207,7 +208,7 @@ func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Samp
 		s.Served = r
 	}
 	if resp.StatusCode != http.StatusOK {
-		s.Err = fmt.Errorf("status %d", resp.StatusCode)
+		s.Err = statusError(resp)
 		return s
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -276,6 +277,91 @@ func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Samp
 		s.ITL = gaps / time.Duration(chunks-1)
 	}
 	return s
+}
+
+// statusError is a non-200 answer as an error carrying the OpenAI-style
+// message, when the body has one.
+func statusError(resp *http.Response) error {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	msg := strings.TrimSpace(string(body))
+	if json.Unmarshal(body, &e) == nil && e.Error.Message != "" {
+		msg = e.Error.Message
+	}
+	if len(msg) > 200 {
+		msg = msg[:200] + "…"
+	}
+	if msg == "" {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return fmt.Errorf("status %d: %s", resp.StatusCode, msg)
+}
+
+// Route splits a workload by whether its region has an endpoint: the
+// arrivals to replay, and how many of each endpoint-less region's requests
+// were left out (none when a default endpoint takes every region).
+func Route(src workload.Source, endpoints map[string]string, def string) ([]workload.Arrival, map[string]int) {
+	var kept []workload.Arrival
+	unrouted := map[string]int{}
+	for {
+		a, ok := src.Next()
+		if !ok {
+			return kept, unrouted
+		}
+		if endpoints[a.Region] == "" && def == "" {
+			unrouted[a.Region]++
+			continue
+		}
+		kept = append(kept, a)
+	}
+}
+
+// FailureError says a run failed more requests than it may: how many, and
+// the first distinct errors with their counts.
+type FailureError struct {
+	Failed, Total int
+	MaxShare      float64
+	First         []string // "connection refused (3×)", in order of first occurrence
+}
+
+func (e *FailureError) Error() string {
+	return fmt.Sprintf("%d of %d requests failed (%.1f%%, more than the allowed %.1f%%); first errors:\n  %s",
+		e.Failed, e.Total, 100*float64(e.Failed)/float64(max(e.Total, 1)), 100*e.MaxShare, strings.Join(e.First, "\n  "))
+}
+
+// Check returns a *FailureError when more than maxShare of the samples
+// failed, nil otherwise (and for no samples).
+func Check(samples []Sample, maxShare float64) error {
+	const shown = 5
+	failed := 0
+	counts := map[string]int{}
+	var order []string
+	for _, s := range samples {
+		if s.OK() {
+			continue
+		}
+		failed++
+		msg := "unknown failure"
+		if s.Err != nil {
+			msg = s.Err.Error()
+		}
+		if counts[msg] == 0 {
+			order = append(order, msg)
+		}
+		counts[msg]++
+	}
+	if len(samples) == 0 || float64(failed) <= maxShare*float64(len(samples)) {
+		return nil
+	}
+	e := &FailureError{Failed: failed, Total: len(samples), MaxShare: maxShare}
+	for _, msg := range order[:min(len(order), shown)] {
+		e.First = append(e.First, fmt.Sprintf("%s (%d×)", msg, counts[msg]))
+	}
+	return e
 }
 
 // Record converts a sample to the shared summary's form, with times as

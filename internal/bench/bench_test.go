@@ -2,6 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -63,5 +67,67 @@ func TestRunMeasuresWhatTheClientSees(t *testing.T) {
 	}
 	if !strings.Contains(res.Policy, "live") || res.TTFTP50Ms <= 0 || res.SLOAttainment != 1 {
 		t.Errorf("summary %+v", res)
+	}
+}
+
+func TestCheckFailsARunPastItsShareAndNamesTheFirstErrors(t *testing.T) {
+	refused := Sample{Err: errors.New("connection refused")}
+	busy := Sample{Status: 503, Err: errors.New("status 503: no replica")}
+	ok := Sample{Status: 200}
+	tests := []struct {
+		name     string
+		samples  []Sample
+		maxShare float64
+		wantErr  bool
+		first    []string
+	}{
+		{"all served", []Sample{ok, ok}, 0, false, nil},
+		{"none sent", nil, 0, false, nil},
+		{"within the share", []Sample{ok, ok, ok, refused}, 0.25, false, nil},
+		{"past the share", []Sample{refused, ok, busy, refused}, 0.25, true, []string{"connection refused (2×)", "status 503: no replica (1×)"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Check(tt.samples, tt.maxShare)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("Check = %v, want error %v", err, tt.wantErr)
+			}
+			var fe *FailureError
+			if err != nil && (!errors.As(err, &fe) || !slices.Equal(fe.First, tt.first)) {
+				t.Errorf("first errors %v, want %v", fe, tt.first)
+			}
+		})
+	}
+}
+
+func TestRouteLeavesOutRegionsWithoutAnEndpoint(t *testing.T) {
+	var arrivals []workload.Arrival
+	for i, region := range []string{"a", "b", "a", "c", "b"} {
+		arrivals = append(arrivals, workload.Arrival{At: time.Duration(i), Region: region, Request: &request.Request{ID: region}})
+	}
+	kept, unrouted := Route(workload.NewSliceSource(arrivals), map[string]string{"a": "http://a"}, "")
+	if len(kept) != 2 || unrouted["b"] != 2 || unrouted["c"] != 1 || unrouted["a"] != 0 {
+		t.Errorf("kept %d, unrouted %v: want the two of a kept, b ×2 and c ×1 left out", len(kept), unrouted)
+	}
+	kept, unrouted = Route(workload.NewSliceSource(arrivals), map[string]string{"a": "http://a"}, "http://default")
+	if len(kept) != 5 || len(unrouted) != 0 {
+		t.Errorf("with a default endpoint: kept %d, unrouted %v; want everything sent", len(kept), unrouted)
+	}
+}
+
+func TestANonOKAnswerCarriesTheServersMessage(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = w.Write([]byte(`{"error":{"message":"the queue is full","type":"rate_limit_exceeded"}}`))
+	}))
+	defer srv.Close()
+	arrivals := []workload.Arrival{{Region: "r", Request: &request.Request{ID: "x", PromptTokens: 10, MaxTokens: 1}}}
+	_, samples, err := Run(context.Background(), Config{Default: srv.URL, Source: workload.NewSliceSource(arrivals)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(samples) != 1 || samples[0].Err == nil || samples[0].Err.Error() != "status 429: the queue is full" {
+		t.Errorf("samples %+v: want the error to carry the server's message", samples)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"skywalker/internal/request"
 	"strings"
@@ -97,14 +98,18 @@ func Summarize(samples []bench.Sample) (map[string]results.RegionStats, results.
 	return res.Regions, res.Totals()
 }
 
-// live prints the per-region view every second while a day runs.
+// live prints the per-region view while a day runs: redrawn in place every
+// second on a terminal, or as one plain line every five seconds.
 type live struct {
-	mu      sync.Mutex
-	w       io.Writer
-	cluster *node.Cluster
-	samples []bench.Sample
-	start   time.Time
-	day     time.Duration
+	mu       sync.Mutex
+	w        io.Writer
+	terminal bool
+	cluster  *node.Cluster
+	samples  []bench.Sample
+	start    time.Time
+	day      time.Duration
+	drawn    int // lines of the last in-place view
+	ticks    int
 }
 
 func (l *live) add(s bench.Sample) {
@@ -113,15 +118,37 @@ func (l *live) add(s bench.Sample) {
 	l.mu.Unlock()
 }
 
+// clock is the simulated UTC hour of the day, wrapping at 24 h, and
+// whether the day's traffic has ended (the run is draining).
+func (l *live) clock(elapsed time.Duration) (hour float64, draining bool) {
+	if elapsed >= l.day {
+		return 0, true
+	}
+	return math.Mod(24*elapsed.Seconds()/l.day.Seconds(), 24), false
+}
+
 func (l *live) print() {
 	l.mu.Lock()
 	recent := slices(l.samples, time.Now().Add(-5*time.Second))
 	l.mu.Unlock()
-	regions, _ := Summarize(recent)
+	regions, all := Summarize(recent)
 	elapsed := time.Since(l.start)
-	hour := 24 * elapsed.Seconds() / l.day.Seconds()
-	fmt.Fprintf(l.w, "\n%-8s day %4.1f h UTC   (last 5 s)\n", elapsed.Round(time.Second), hour)
-	fmt.Fprintf(l.w, "%-8s %9s %6s %7s %5s %5s %9s %9s %6s  %s\n", "region", "offered/s", "queue", "local", "sent", "recv", "TTFT p50", "TTFT p99", "cache", "gates")
+	hour, draining := l.clock(elapsed)
+	when := fmt.Sprintf("day %04.1f h UTC", hour)
+	if draining {
+		when = "day over, draining"
+	}
+	l.ticks++
+	if !l.terminal {
+		if l.ticks%5 == 0 {
+			fmt.Fprintf(l.w, "%-5s %s: %d requests in the last 5 s, %d sent to peers, TTFT p50 %.0f ms, p99 %.0f ms\n",
+				elapsed.Round(time.Second), when, all.Arrivals, all.ForwardedOut, all.TTFTP50Ms, all.TTFTP99Ms)
+		}
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-8s %s   (last 5 s)\n", elapsed.Round(time.Second), when)
+	fmt.Fprintf(&b, "%-8s %9s %6s %7s %5s %5s %9s %9s %6s  %s\n", "region", "offered/s", "queue", "local", "sent", "recv", "TTFT p50", "TTFT p99", "cache", "gates")
 	for _, r := range l.cluster.Regions {
 		s := regions[r.Region]
 		var gates []string
@@ -132,9 +159,14 @@ func (l *live) print() {
 			}
 			gates = append(gates, fmt.Sprintf("%s:%s %.0fms", p.Region, state, float64(p.RTT)/1e6))
 		}
-		fmt.Fprintf(l.w, "%-8s %9.1f %6d %7d %5d %5d %8.0fms %8.0fms %5.0f%%  %s\n", r.Region, float64(s.Arrivals)/5, r.Proxy.QueueLength(),
+		fmt.Fprintf(&b, "%-8s %9.1f %6d %7d %5d %5d %8.0fms %8.0fms %5.0f%%  %s\n", r.Region, float64(s.Arrivals)/5, r.Proxy.QueueLength(),
 			s.ServedLocal, s.ForwardedOut, s.Received, s.TTFTP50Ms, s.TTFTP99Ms, 100*s.CacheHitRate, strings.Join(gates, " "))
 	}
+	if l.drawn > 0 {
+		fmt.Fprintf(l.w, "\x1b[%dA\x1b[J", l.drawn) // back to the view's first line, clear below
+	}
+	fmt.Fprint(l.w, b.String())
+	l.drawn = strings.Count(b.String(), "\n")
 }
 
 func slices(samples []bench.Sample, since time.Time) []bench.Sample {
@@ -148,12 +180,12 @@ func slices(samples []bench.Sample, since time.Time) []bench.Sample {
 }
 
 // runDay drives one day through a cluster and returns the client samples.
-func runDay(ctx context.Context, c *node.Cluster, day time.Duration, view io.Writer) ([]bench.Sample, error) {
+func runDay(ctx context.Context, c *node.Cluster, day time.Duration, view io.Writer, terminal bool) ([]bench.Sample, error) {
 	src, err := Day(day, 7).Source()
 	if err != nil {
 		return nil, err
 	}
-	lv := &live{w: view, cluster: c, start: time.Now(), day: day}
+	lv := &live{w: view, terminal: terminal, cluster: c, start: time.Now(), day: day}
 	done := make(chan struct{})
 	if view != nil {
 		go func() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -40,8 +41,39 @@ func TestDemoJSON(t *testing.T) {
 	if sum.Overall.Dropped != 0 {
 		t.Errorf("%d requests failed", sum.Overall.Dropped)
 	}
-	if !strings.Contains(view.String(), "TTFT p99") || !strings.Contains(view.String(), "curl -s http://127.0.0.1:") {
-		t.Error("the live view or the usage lines are missing")
+	for _, want := range []string{
+		"WAN gate threshold 200ms",  // the banner names the threshold it uses
+		"sent to peers, TTFT p50",   // a plain periodic line off a terminal
+		"curl -s http://127.0.0.1:", // the usage lines
+		"The mesh serves for",       // the closing message for --duration
+	} {
+		if !strings.Contains(view.String(), want) {
+			t.Errorf("the view lacks %q:\n%s", want, view.String())
+		}
+	}
+	if strings.Contains(view.String(), "\x1b[") || strings.Contains(view.String(), "until Ctrl-C") {
+		t.Errorf("off a terminal the view must not redraw in place, and with --duration not promise to serve until Ctrl-C:\n%s", view.String())
+	}
+}
+
+func TestTheLiveClockWrapsAtADay(t *testing.T) {
+	l := &live{day: 40 * time.Second}
+	tests := []struct {
+		elapsed  time.Duration
+		hour     float64
+		draining bool
+	}{
+		{0, 0, false},
+		{10 * time.Second, 6, false},
+		{39 * time.Second, 23.4, false},
+		{40 * time.Second, 0, true},
+		{47 * time.Second, 0, true}, // was "day 28.2 h"
+	}
+	for _, tt := range tests {
+		hour, draining := l.clock(tt.elapsed)
+		if draining != tt.draining || (!draining && (hour < 0 || hour >= 24 || math.Abs(hour-tt.hour) > 1e-9)) {
+			t.Errorf("clock(%v) = %.2f h, draining %v; want %.2f h, draining %v", tt.elapsed, hour, draining, tt.hour, tt.draining)
+		}
 	}
 }
 
@@ -59,7 +91,7 @@ func TestOpenAIClientDuringABurst(t *testing.T) {
 	var clientSeen []string
 	done := make(chan []bench.Sample)
 	go func() {
-		s, err := runDay(ctx, c, 8*time.Second, nil)
+		s, err := runDay(ctx, c, 8*time.Second, nil, false)
 		if err != nil {
 			t.Error(err)
 		}

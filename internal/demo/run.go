@@ -25,6 +25,11 @@ type Options struct {
 	Stdout   io.Writer
 	Stderr   io.Writer
 	Logger   *slog.Logger
+	// LogPath names where Logger writes, for the banner ("" says nothing).
+	LogPath string
+	// Live redraws the view in place (a terminal); otherwise it prints a
+	// plain line every five seconds.
+	Live bool
 }
 
 // DefaultPorts are the proxies' ports.
@@ -48,14 +53,20 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		day = max(4*time.Second, (opt.Duration-8*time.Second)/2)
 	}
 	fmt.Fprintf(view, "SkyWalker demo: 3 regions × 2 simulated Llama-3.1-8B A100 engines, a proxy per region, WAN %s.\n", Topology.String())
+	fmt.Fprintf(view, "WAN gate threshold %v (the product's default is 120 ms, which would close the 160 and 180 ms links to ap-east).\n", GateThreshold)
 	fmt.Fprintf(view, "One day compressed to %v, demand phase-shifted by time zone; each region's peak is more than its own replicas serve.\n", day)
+	fmt.Fprintf(view, "About %v in all; Ctrl-C stops at any time.", (2*day + 10*time.Second).Round(time.Second))
+	if opt.LogPath != "" {
+		fmt.Fprintf(view, " Logs: %s", opt.LogPath)
+	}
+	fmt.Fprintln(view)
 
 	fmt.Fprintf(view, "\n[1/2] the day with forwarding off (policy local, GeoDNS-like) ...\n")
 	base, err := Start(ctx, "local", nil, opt.Logger)
 	if err != nil {
 		return Summary{}, err
 	}
-	baseSamples, err := runDay(ctx, base, day, nil)
+	baseSamples, err := runDay(ctx, base, day, nil, false)
 	base.Close()
 	if err != nil && ctx.Err() == nil {
 		return Summary{}, err
@@ -69,7 +80,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return Summary{}, err
 	}
 	defer c.Close()
-	samples, err := runDay(ctx, c, day, view)
+	samples, err := runDay(ctx, c, day, view, opt.Live)
 	if err != nil && ctx.Err() == nil {
 		return Summary{}, err
 	}
@@ -84,11 +95,17 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	} else {
 		printSummary(opt.Stdout, sum)
 	}
-	fmt.Fprintf(view, "\nThe mesh keeps serving. Try it:\n\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"stream\":true}'\n",
+	fmt.Fprintf(view, "\nTry it:\n\n  curl -s %s/v1/chat/completions -H 'Content-Type: application/json' \\\n    -d '{\"model\":\"%s\",\"messages\":[{\"role\":\"user\",\"content\":\"Hello!\"}],\"stream\":true}'\n",
 		c.Regions[0].URL, Model)
 	fmt.Fprintf(view, "\n  from openai import OpenAI\n  client = OpenAI(base_url=\"%s/v1\", api_key=\"unused\")\n  print(client.chat.completions.create(model=\"%s\", messages=[{\"role\": \"user\", \"content\": \"Hello!\"}]).choices[0].message.content)\n",
 		c.Regions[0].URL, Model)
-	fmt.Fprintf(view, "\n  Other regions: %s. /debug/skywalker shows each proxy's view, gates and decisions; Ctrl-C stops.\n", c.Regions[1].URL+", "+c.Regions[2].URL)
+	fmt.Fprintf(view, "\n  Other regions: %s. /debug/skywalker shows each proxy's view, gates and decisions.\n", c.Regions[1].URL+", "+c.Regions[2].URL)
+	if opt.Duration > 0 {
+		left := time.Until(start.Add(opt.Duration)).Round(time.Second)
+		fmt.Fprintf(view, "\nThe mesh serves for %v more (--duration %v); Ctrl-C stops it sooner.\n", max(left, 0), opt.Duration)
+	} else {
+		fmt.Fprintf(view, "\nThe mesh serves until Ctrl-C.\n")
+	}
 	if opt.Duration > 0 {
 		select {
 		case <-ctx.Done():

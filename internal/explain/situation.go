@@ -1,17 +1,15 @@
 package explain
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"skywalker/internal/policy"
 	"skywalker/internal/request"
+	"skywalker/internal/strictyaml"
 )
 
 // Situation is one request and the view of the region it arrived at.
@@ -96,11 +94,9 @@ func Parse(data []byte) (*Situation, error) {
 	if len(data) > maxSituationBytes {
 		return nil, fmt.Errorf("situation is %d bytes, over the %d-byte limit", len(data), maxSituationBytes)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var s Situation
-	if err := dec.Decode(&s); err != nil {
-		if errors.Is(err, io.EOF) {
+	if err := strictyaml.Decode(data, &s); err != nil {
+		if errors.Is(err, strictyaml.ErrEmpty) {
 			return nil, errors.New("situation is empty")
 		}
 		return nil, fmt.Errorf("parse situation: %w", err)

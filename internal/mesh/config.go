@@ -1,11 +1,13 @@
 package mesh
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -123,7 +125,7 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 	mc.AdvertisePort = c.AdvertisePort
 	mc.Label = c.Label
 	mc.Transport = c.Transport
-	mc.LogOutput = slogWriter{c.Logger}
+	mc.LogOutput = newMemberlistLog(c.Logger, time.Now)
 	if len(c.Keys) > 0 {
 		var keys [][]byte
 		for _, k := range c.Keys {
@@ -141,19 +143,78 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 	return mc, nil
 }
 
-// slogWriter sends memberlist's log lines to slog at debug level (warnings
-// and errors at their own levels).
-type slogWriter struct{ log *slog.Logger }
+// memberlistLog sends memberlist's log lines to slog: debug and info at
+// debug level, warnings and errors at their own levels but at most one of
+// a kind per WarnEvery (a busy machine makes memberlist refute suspicions
+// and retry pings by the hundred), with the count of those held back.
+type memberlistLog struct {
+	log *slog.Logger
+	now func() time.Time
+	mu  sync.Mutex
+	// kinds: per message kind, when one was last written and how many
+	// were held back since.
+	kinds map[string]*logKind
+}
 
-func (w slogWriter) Write(p []byte) (int, error) {
-	line := strings.TrimSpace(string(p))
-	switch {
-	case strings.Contains(line, "[ERR]"):
-		w.log.Error("memberlist", "msg", line)
-	case strings.Contains(line, "[WARN]"):
-		w.log.Warn("memberlist", "msg", line)
-	default:
-		w.log.Debug("memberlist", "msg", line)
+type logKind struct {
+	last       time.Time
+	suppressed int
+}
+
+// WarnEvery is how often one kind of memberlist warning is logged.
+const WarnEvery = 30 * time.Second
+
+func newMemberlistLog(log *slog.Logger, now func() time.Time) *memberlistLog {
+	return &memberlistLog{log: log, now: now, kinds: map[string]*logKind{}}
+}
+
+func (w *memberlistLog) Write(p []byte) (int, error) {
+	level, text := parseMemberlistLine(string(p))
+	if level < slog.LevelWarn {
+		w.log.Debug(text, "component", "memberlist")
+		return len(p), nil
 	}
+	kind := text
+	if i := strings.IndexAny(kind, ":(["); i > 0 {
+		kind = kind[:i] // "Refuting a suspect message (from: x)" → its kind
+	}
+	w.mu.Lock()
+	k := w.kinds[kind]
+	if k == nil {
+		k = &logKind{}
+		w.kinds[kind] = k
+	}
+	now := w.now()
+	if !k.last.IsZero() && now.Sub(k.last) < WarnEvery {
+		k.suppressed++
+		w.mu.Unlock()
+		return len(p), nil
+	}
+	suppressed := k.suppressed
+	k.last, k.suppressed = now, 0
+	w.mu.Unlock()
+	attrs := []any{"component", "memberlist"}
+	if suppressed > 0 {
+		attrs = append(attrs, "suppressed", suppressed)
+	}
+	w.log.Log(context.Background(), level, text, attrs...)
 	return len(p), nil
+}
+
+// parseMemberlistLine reads "2026/12/02 00:11:33 [WARN] memberlist: text"
+// into its level and text.
+func parseMemberlistLine(line string) (slog.Level, string) {
+	line = strings.TrimSpace(line)
+	level := slog.LevelDebug
+	for _, t := range []struct {
+		tag   string
+		level slog.Level
+	}{{"[ERR]", slog.LevelError}, {"[WARN]", slog.LevelWarn}, {"[INFO]", slog.LevelInfo}, {"[DEBUG]", slog.LevelDebug}} {
+		if i := strings.Index(line, t.tag); i >= 0 {
+			level, line = t.level, strings.TrimSpace(line[i+len(t.tag):])
+			break
+		}
+	}
+	line = strings.TrimPrefix(line, "memberlist: ")
+	return level, line
 }

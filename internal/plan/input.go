@@ -1,7 +1,6 @@
 package plan
 
 import (
-	"bytes"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -14,9 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"skywalker/internal/sim"
+	"skywalker/internal/strictyaml"
 	"skywalker/internal/workload"
 )
 
@@ -158,10 +156,8 @@ func ParseDemandYAML(data []byte) (Input, error) {
 	if len(data) > maxDemandBytes {
 		return Input{}, errors.New("demand yaml is too large")
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var y demandYAML
-	if err := dec.Decode(&y); err != nil {
+	if err := strictyaml.Decode(data, &y); err != nil {
 		return Input{}, fmt.Errorf("demand yaml: %w", err)
 	}
 	in := Input{RTT: map[[2]string]time.Duration{}, MaxWANRTT: time.Duration(y.MaxWANRTTMs * float64(time.Millisecond))}

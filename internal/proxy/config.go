@@ -1,23 +1,20 @@
 package proxy
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"skywalker/internal/balancer"
 	"skywalker/internal/engine"
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
+	"skywalker/internal/strictyaml"
 )
 
 // Config is the proxy's configuration. Sources apply in the order
@@ -173,9 +170,7 @@ func (c *Config) ApplyYAML(data []byte) error {
 	if len(data) > maxConfigBytes {
 		return fmt.Errorf("config file is %d bytes, over the %d-byte limit", len(data), maxConfigBytes)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
+	if err := strictyaml.Decode(data, c); err != nil && !errors.Is(err, strictyaml.ErrEmpty) {
 		return fmt.Errorf("config file: %w", err)
 	}
 	return nil

@@ -1,20 +1,17 @@
 package sim
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"skywalker/internal/request"
 	"time"
-
-	"gopkg.in/yaml.v3"
 
 	"skywalker/internal/balancer"
 	"skywalker/internal/engine"
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
+	"skywalker/internal/request"
+	"skywalker/internal/strictyaml"
 	"skywalker/internal/workload"
 )
 
@@ -170,11 +167,9 @@ func ParseScenario(data []byte) (*Scenario, error) {
 	if len(data) > maxScenarioBytes {
 		return nil, fmt.Errorf("scenario is %d bytes, over the %d-byte limit", len(data), maxScenarioBytes)
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
 	var s Scenario
-	if err := dec.Decode(&s); err != nil {
-		if errors.Is(err, io.EOF) {
+	if err := strictyaml.Decode(data, &s); err != nil {
+		if errors.Is(err, strictyaml.ErrEmpty) {
 			return nil, errors.New("scenario is empty")
 		}
 		return nil, fmt.Errorf("parse scenario: %w", err)
