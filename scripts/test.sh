@@ -25,4 +25,9 @@ fi
 "$staticcheck" ./...
 
 go test -race -count=1 ./...
+
+# The Helm chart's tests are a module of their own, so that Helm and the
+# Kubernetes API types stay out of the product's build.
+(cd deploy/helm && go vet ./... && "$staticcheck" ./... && go test -count=1 ./...)
+
 go run ./cmd/skywalker sim --scenario quickstart --quiet

@@ -48,4 +48,3 @@ func (lf *logFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-format must be text, json or auto, not %q", lf.format)
 	}
 }
-

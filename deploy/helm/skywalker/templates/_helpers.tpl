@@ -1,0 +1,103 @@
+{{/* The chart's checks, and what every proxy shares. */}}
+
+{{- define "skywalker.validate" -}}
+{{- if not (regexMatch "^[a-z0-9][a-z0-9-]*$" (required "set region, e.g. --set region=us-east" .Values.region)) -}}
+{{- fail "region must be lower-case letters, digits and dashes" -}}
+{{- end -}}
+{{- $_ := required "set image.repository to the image you built and pushed (README: Deployment)" .Values.image.repository -}}
+{{- $_ = required "set pool to the region's replicas (URLs, or one headless Service name)" .Values.pool -}}
+{{- if not (or .Values.gossip.existingSecret .Values.gossip.key) -}}
+{{- fail "set gossip.existingSecret or gossip.key: the mesh is encrypted, with the same key in every region" -}}
+{{- end -}}
+{{- if eq .Values.mesh.exposure "loadBalancer" -}}
+{{- if not .Values.mesh.addresses -}}
+{{- fail "mesh.exposure loadBalancer needs mesh.addresses: one reserved address per proxy" -}}
+{{- end -}}
+{{- else if ne .Values.mesh.exposure "cluster" -}}
+{{- fail "mesh.exposure must be cluster or loadBalancer" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "skywalker.labels" -}}
+app.kubernetes.io/name: skywalker
+app.kubernetes.io/instance: {{ .Release.Name }}
+skywalker.io/region: {{ .Values.region }}
+{{- end -}}
+
+{{- define "skywalker.secretName" -}}
+{{- .Values.gossip.existingSecret | default (printf "%s-gossip" .Release.Name) -}}
+{{- end -}}
+
+{{- define "skywalker.peers" -}}
+{{- $peers := list -}}
+{{- range .Values.peers -}}
+{{- $peers = append $peers (printf "%s:%s" .region .url) -}}
+{{- end -}}
+{{- join "," $peers -}}
+{{- end -}}
+
+{{/* The pod template; dict with root, name, and advertise (an address, or "" for the pod IP). */}}
+{{- define "skywalker.pod" -}}
+{{- $root := .root -}}
+metadata:
+  labels:
+    {{- include "skywalker.labels" $root | nindent 4 }}
+    skywalker.io/proxy: {{ .name }}
+  annotations:
+    prometheus.io/scrape: "true"
+    prometheus.io/port: "9000"
+    prometheus.io/path: /metrics
+spec:
+  terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds }}
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 65532
+  containers:
+    - name: skywalker
+      image: "{{ $root.Values.image.repository }}:{{ $root.Values.image.tag | default $root.Chart.AppVersion }}"
+      imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+      args: [serve]
+      ports:
+        - {name: http, containerPort: 9000, protocol: TCP}
+        - {name: gossip-tcp, containerPort: 7946, protocol: TCP}
+        - {name: gossip-udp, containerPort: 7946, protocol: UDP}
+      env:
+        - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+        - {name: SKYWALKER_NODE_ID, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
+        - {name: REGION_ID, value: {{ $root.Values.region | quote }}}
+        {{- with $root.Values.jurisdiction }}
+        - {name: SKYWALKER_JURISDICTION, value: {{ . | quote }}}
+        {{- end }}
+        {{- with include "skywalker.peers" $root }}
+        - {name: PEER_REGIONS, value: {{ . | quote }}}
+        {{- end }}
+        - {name: LOCAL_WORKER_POOL, value: {{ $root.Values.pool | quote }}}
+        - {name: MAX_WAN_RTT_THRESHOLD_MS, value: {{ $root.Values.mesh.maxWanRttMs | quote }}}
+        - {name: SKYWALKER_MESH_PRESET, value: {{ $root.Values.mesh.preset | quote }}}
+        - {name: SKYWALKER_LISTEN, value: ":9000"}
+        - {name: SKYWALKER_GOSSIP_BIND, value: ":7946"}
+        {{- if .advertise }}
+        - {name: SKYWALKER_GOSSIP_ADVERTISE, value: {{ printf "%s:7946" .advertise | quote }}}
+        - {name: SKYWALKER_ADVERTISE_URL, value: {{ printf "http://%s:9000" .advertise | quote }}}
+        {{- else }}
+        - {name: SKYWALKER_GOSSIP_ADVERTISE, value: "$(POD_IP):7946"}
+        - {name: SKYWALKER_ADVERTISE_URL, value: "http://$(POD_IP):9000"}
+        {{- end }}
+        - {name: SKYWALKER_POLICY, value: {{ $root.Values.policy | quote }}}
+        - {name: SKYWALKER_PROFILE, value: {{ $root.Values.profile | quote }}}
+        - {name: SKYWALKER_MAX_IN_FLIGHT, value: {{ $root.Values.maxInFlight | quote }}}
+        - name: SKYWALKER_GOSSIP_KEY
+          valueFrom:
+            secretKeyRef: {name: {{ include "skywalker.secretName" $root }}, key: key}
+        {{- with $root.Values.env }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
+      readinessProbe:
+        httpGet: {path: /ready, port: http}
+        periodSeconds: 2
+      livenessProbe:
+        httpGet: {path: /health, port: http}
+        periodSeconds: 10
+      resources:
+        {{- toYaml $root.Values.resources | nindent 8 }}
+{{- end -}}
