@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -294,6 +295,42 @@ func Build(src BlockSource, region, node string, generation uint64, capacity uin
 
 // Words returns the filter's bit words. The caller must not modify them.
 func (d *Digest) Words() []uint64 { return d.filter.BitSet().Words() }
+
+// AddedSince returns, ascending, the positions of the bits d has set and
+// old has not, when d is old with bits added (the same size and hash
+// count, and every bit of old still set in d): the whole change between
+// two generations of a growing filter. ok is false otherwise (a rebuilt
+// or resized filter), and the change must then travel whole.
+func (d *Digest) AddedSince(old *Digest) (positions []uint64, ok bool) {
+	if old == nil || d.Bits() != old.Bits() || d.Hashes() != old.Hashes() {
+		return nil, false
+	}
+	cw, ow := d.Words(), old.Words()
+	for i, w := range cw {
+		if ow[i]&^w != 0 {
+			return nil, false // a bit was cleared: not a growth of old
+		}
+		for added := w &^ ow[i]; added != 0; added &= added - 1 {
+			positions = append(positions, uint64(i)*64+uint64(bits.TrailingZeros64(added)))
+		}
+	}
+	return positions, true
+}
+
+// WithBits returns a copy of d with the bits at positions set, as a
+// receiver applies AddedSince; generation is the copy's new generation.
+func (d *Digest) WithBits(positions []uint64, generation uint64) (*Digest, error) {
+	c := d.Clone()
+	w := c.filter.BitSet().Words()
+	for _, p := range positions {
+		if p/64 >= uint64(len(w)) {
+			return nil, fmt.Errorf("digest bits: bit %d out of range (%d bits)", p, 64*len(w))
+		}
+		w[p/64] |= 1 << (p % 64)
+	}
+	c.Generation = generation
+	return c.seal(), nil
+}
 
 // WithWords returns a copy of d whose words at the given indexes are
 // replaced, as a receiver applies a delta; generation is the copy's new

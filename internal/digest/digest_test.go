@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"skywalker/internal/prefix"
@@ -227,5 +228,46 @@ func TestFillRatioEstimateTracksTheCount(t *testing.T) {
 	}
 	if est, counted := c.FillRatio(), c.Clone().FillRatio(); est < counted-0.02 || est > counted+0.02 {
 		t.Errorf("after more additions to a sealed digest: estimated %.3f, counted %.3f", est, counted)
+	}
+}
+
+func TestAddedBitsCarryAGrowingFilterExactly(t *testing.T) {
+	old := New("r", "n", 1, 10_000, 0.01)
+	for i := range uint64(5_000) {
+		old.Add(i * 0x9E3779B97F4A7C15)
+	}
+	cur := old.Clone()
+	for i := range uint64(200) {
+		cur.Add(1e6 + i)
+	}
+	cur.Generation = 2
+	positions, ok := cur.AddedSince(old)
+	if !ok || len(positions) == 0 || len(positions) > 200*int(cur.Hashes()) {
+		t.Fatalf("AddedSince: %d positions, ok %v; want at most %d new bits", len(positions), ok, 200*cur.Hashes())
+	}
+	for i := 1; i < len(positions); i++ {
+		if positions[i] <= positions[i-1] {
+			t.Fatal("positions must ascend")
+		}
+	}
+	got, err := old.WithBits(positions, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Words(), cur.Words()) || got.Generation != 2 {
+		t.Error("old plus the added bits must be the new filter, word for word")
+	}
+	if old.Generation != 1 || slices.Equal(old.Words(), cur.Words()) {
+		t.Error("WithBits must not modify the receiver")
+	}
+	// Not a growth: a rebuilt filter, or one of another size.
+	if _, ok := old.AddedSince(cur); ok {
+		t.Error("a filter with bits cleared is not a growth")
+	}
+	if _, ok := cur.AddedSince(New("r", "n", 1, 20_000, 0.01)); ok {
+		t.Error("filters of different sizes cannot be diffed")
+	}
+	if _, err := old.WithBits([]uint64{uint64(old.Bits()) + 5}, 3); err == nil {
+		t.Error("a bit past the end must be an error")
 	}
 }

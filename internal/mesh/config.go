@@ -47,16 +47,25 @@ type Config struct {
 	// region.DefaultControlPlane(), shared with the proxy and the simulator.
 	Control region.ControlPlane
 
+	// GossipBudget bounds the bytes per second this node spends on load
+	// summaries and digest changes (whole digests, sent once to a node that
+	// asks, are not counted). Default DefaultGossipBudget; negative is
+	// unlimited.
+	GossipBudget int
+
 	// Transport replaces memberlist's network transport (tests and the
 	// demo wrap it to emulate WAN delay); nil uses a real NetTransport.
 	Transport memberlist.Transport
 	Logger    *slog.Logger
 }
 
+// DefaultGossipBudget is 50 KB/s per node.
+const DefaultGossipBudget = 50_000
+
 // DefaultConfig returns the defaults for a node of region name.
 func DefaultConfig(name string) Config {
 	return Config{Region: name, BindAddr: "0.0.0.0", BindPort: 7946, Preset: "wan", Label: "skywalker",
-		Control: region.DefaultControlPlane()}
+		Control: region.DefaultControlPlane(), GossipBudget: DefaultGossipBudget}
 }
 
 // ParseKey decodes a base64 gossip key and checks its length.

@@ -44,27 +44,55 @@ func (m *Mesh) handle(b []byte) {
 		m.mu.Lock()
 		m.table.ObserveDigest(node, d, now)
 		m.mu.Unlock()
-	case msgDelta:
+	case msgDelta: // from a node of an earlier release
 		msg, err := decodeDelta(r)
+		m.applyChange("delta", msg.Node, msg.Base, err, now, func(base *digest.Digest) (*digest.Digest, error) {
+			return base.WithWords(msg.Indexes, msg.Words, msg.Gen)
+		})
+	case msgBits:
+		msg, err := decodeBits(r)
+		m.applyChange("digest bits", msg.Node, msg.Base, err, now, func(base *digest.Digest) (*digest.Digest, error) {
+			return base.WithBits(msg.Positions, msg.Gen)
+		})
+	case msgWant:
+		node, err := decodeWant(r)
 		if err != nil {
-			m.log.Debug("dropped delta", "err", err)
+			m.log.Debug("dropped want", "err", err)
 			return
 		}
 		m.mu.Lock()
-		defer m.mu.Unlock()
-		base := m.table.Digest(msg.Node)
-		if base == nil || base.Generation != msg.Base {
-			return // we miss the base; the sender will send it whole
+		if m.wanted == nil {
+			m.wanted = map[string]bool{}
 		}
-		d, err := base.WithWords(msg.Indexes, msg.Words, msg.Gen)
-		if err != nil {
-			m.log.Debug("dropped delta", "from", msg.Node, "err", err)
-			return
-		}
-		m.table.ObserveDigest(msg.Node, d, now)
+		m.wanted[node] = true // served by the next publishDigest
+		delete(m.sentGen, node)
+		m.mu.Unlock()
 	default:
 		m.log.Debug("dropped message of unknown type", "type", typ)
 	}
+}
+
+// applyChange applies a decoded digest change from node to the digest of
+// generation base held from it; lacking that base, it pulls the digest
+// whole (wantFrom). what names the message in logs.
+func (m *Mesh) applyChange(what, node string, base uint64, decodeErr error, now time.Time, apply func(*digest.Digest) (*digest.Digest, error)) {
+	if decodeErr != nil {
+		m.log.Debug("dropped "+what, "err", decodeErr)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	held := m.table.Digest(node)
+	if held == nil || held.Generation != base {
+		m.wantFrom(node)
+		return
+	}
+	d, err := apply(held)
+	if err != nil {
+		m.log.Debug("dropped "+what, "from", node, "err", err)
+		return
+	}
+	m.table.ObserveDigest(node, d, now)
 }
 
 // delegate implements memberlist.Delegate.
@@ -94,6 +122,9 @@ func (e events) NotifyLeave(n *memberlist.Node) {
 	e.m.table.Leave(n.Name, time.Now())
 	delete(e.m.members, n.Name)
 	delete(e.m.sentGen, n.Name)
+	delete(e.m.regions, n.Name)
+	delete(e.m.wanted, n.Name)
+	delete(e.m.asked, n.Name)
 	e.m.log.Info("peer left", "peer", n.Name)
 }
 
@@ -119,6 +150,7 @@ func (m *Mesh) upsert(n *memberlist.Node) {
 		m.log.Info("peer joined", "peer", n.Name, "region", md.Region, "api", md.APIAddr)
 	}
 	m.members[n.Name] = own
+	m.regions[n.Name] = md.Region
 }
 
 // pings implements memberlist.PingDelegate: every probe memberlist makes

@@ -45,8 +45,15 @@ type Mesh struct {
 	// delegate call that received them (memberlist issue #306).
 	members   map[string]memberlist.Node
 	loads     region.LoadPublisher
+	regions   map[string]string // node → its region, from its metadata
 	published *digest.Digest
+	history   []*digest.Digest  // the last HistoryLength published, oldest first
 	sentGen   map[string]uint64 // node → digest generation it holds from us
+	wanted    map[string]bool   // nodes that asked for our whole digest
+	toAsk     map[string]bool   // nodes whose whole digest we must ask for
+	asked     map[string]time.Time
+	budget    tokenBucket
+	round     int
 
 	bytesSent, bytesRecv atomic.Int64
 	started              time.Time
@@ -63,13 +70,18 @@ func New(cfg Config, src Source) (*Mesh, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	if cfg.GossipBudget == 0 {
+		cfg.GossipBudget = DefaultGossipBudget
+	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = cfg.Region + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}
 	m := &Mesh{cfg: cfg, log: cfg.Logger.With("component", "mesh", "node", cfg.NodeID), src: src,
 		self:  Meta{Region: cfg.Region, Jurisdiction: cfg.Jurisdiction, APIAddr: cfg.APIAddr, Version: cfg.Version},
 		table: NewTable(cfg.Region, cfg.Control), members: map[string]memberlist.Node{}, sentGen: map[string]uint64{},
-		loads: region.LoadPublisher{Interval: cfg.Control.LoadInterval}, stop: make(chan struct{}), started: time.Now()}
+		regions: map[string]string{}, wanted: map[string]bool{}, toAsk: map[string]bool{}, asked: map[string]time.Time{},
+		budget: tokenBucket{rate: float64(cfg.GossipBudget), burst: float64(cfg.GossipBudget) * 2 * cfg.Control.DigestInterval.Seconds()},
+		loads:  region.LoadPublisher{Interval: cfg.Control.LoadInterval}, stop: make(chan struct{}), started: time.Now()}
 	mc, err := cfg.memberlistConfig()
 	if err != nil {
 		return nil, err

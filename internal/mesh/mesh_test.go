@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"skywalker/internal/region"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -138,11 +139,12 @@ func TestMembershipLoadAndDigestsPropagate(t *testing.T) {
 	})
 	t.Logf("digest reached the peer in %v", took)
 
-	// A new generation with more blocks travels as a delta.
-	eventually(t, "every node holds generation 1", func() bool {
+	// A new generation with more blocks travels as the bits it gained, to
+	// the other regions' nodes only (eu-west-3 routes by its own digest).
+	eventually(t, "every other region's node holds generation 1", func() bool {
 		eu.mu.Lock()
 		defer eu.mu.Unlock()
-		return len(eu.sentGen) == 3 && eu.sentGen["us-east-0"] == 1 && eu.sentGen["ap-east-2"] == 1 && eu.sentGen["eu-west-3"] == 1
+		return len(eu.sentGen) == 2 && eu.sentGen["us-east-0"] == 1 && eu.sentGen["ap-east-2"] == 1
 	})
 	before := eu.Stats().BytesSent
 	d2 := d.Clone()
@@ -342,5 +344,73 @@ func TestGateHysteresis(t *testing.T) {
 	}
 	if l.Open() || !strings.Contains(l.Reason(), "loss") {
 		t.Errorf("after repeated loss: open=%v reason=%q, want closed for loss", l.Open(), l.Reason())
+	}
+}
+
+// TestATightGossipBudgetCoalescesDigestChanges: a node whose digest grows
+// faster than its gossip budget sends fewer, larger changes — the bits
+// since the generation its peer holds — so the peer skips generations but
+// ends up with the very filter the node holds, without a whole digest
+// being sent again. The peer pulled the first, whole digest itself.
+func TestATightGossipBudgetCoalescesDigestChanges(t *testing.T) {
+	for _, tt := range []struct {
+		budget   int
+		coalesce bool
+	}{{-1, false}, {4000, true}} { // unlimited; 4 KB/s, load summaries included
+		links := threeRegions()
+		us := startNode(t, links, "us-east", "us-east-0", func(c *Config) {})
+		eu := startNode(t, links, "eu-west", "eu-west-1", func(c *Config) { c.GossipBudget = tt.budget })
+		if _, err := eu.Join([]string{us.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		d := digest.New("eu-west", "eu-west-1", 1, 200_000, 0.01)
+		next := uint64(1)
+		grow := func(d *digest.Digest, n int) {
+			for range n {
+				d.Add(next * 0x9E3779B97F4A7C15)
+				next++
+			}
+		}
+		grow(d, 100_000)
+		eu.src.setDigest(d)
+		eventually(t, "us-east pulls eu-west's whole digest", func() bool {
+			p, ok := peer(us.Mesh, "eu-west")
+			return ok && p.Digest != nil && p.Digest.Generation == 1
+		})
+		full, _ := d.MarshalBinary()
+		before := eu.Stats().BytesSent
+		seen := map[uint64]bool{}
+		watch := func() {
+			if p, ok := peer(us.Mesh, "eu-west"); ok && p.Digest != nil {
+				seen[p.Digest.Generation] = true
+			}
+		}
+		for gen := uint64(2); gen <= 11; gen++ { // ~7 KB of bits every digest interval
+			d = d.Clone()
+			grow(d, 500)
+			d.Generation = gen
+			eu.src.setDigest(d)
+			for range 15 {
+				watch()
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		eventually(t, "us-east holds eu-west's generation 11", func() bool {
+			watch()
+			return seen[11]
+		})
+		sent := eu.Stats().BytesSent - before
+		if sent >= int64(len(full)) {
+			t.Errorf("budget %d: sent %d bytes, a whole digest is %d: changes must travel as bits", tt.budget, sent, len(full))
+		}
+		if p, _ := peer(us.Mesh, "eu-west"); !slices.Equal(p.Digest.Words(), d.Words()) {
+			t.Errorf("budget %d: the peer's copy differs from the published filter", tt.budget)
+		}
+		skipped := 10 - (len(seen) - 1)
+		if tt.coalesce && skipped < 3 || !tt.coalesce && skipped > 3 {
+			t.Errorf("budget %d: the peer saw %d of generations 2..11 (%v); want %s", tt.budget, len(seen)-1, seen,
+				map[bool]string{true: "several skipped", false: "nearly all"}[tt.coalesce])
+		}
+		t.Logf("budget %d B/s: %d bytes sent, %d of 10 generations seen", tt.budget, sent, len(seen)-1)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"skywalker/internal/digest"
 	"skywalker/internal/region"
 )
 
@@ -23,7 +24,9 @@ const (
 
 	msgLoad   = 1 // a node's load summary
 	msgDigest = 2 // a node's full prefix digest
-	msgDelta  = 3 // the words of a digest that changed since a generation
+	msgDelta  = 3 // the words of a digest that changed since a generation (read, no longer sent)
+	msgBits   = 4 // the bits a digest gained since a generation
+	msgWant   = 5 // "send me your whole digest": a node that lacks it pulls it
 
 	// MaxMessageBytes bounds every message a peer may send us: a full
 	// digest of the largest legal filter plus headers.
@@ -48,6 +51,16 @@ type deltaMsg struct {
 	Gen     uint64 // generation after applying it
 	Indexes []uint32
 	Words   []uint64
+}
+
+// bitsMsg carries the bits a node's digest gained between two
+// generations (digest.AddedSince), as ascending positions stored as gaps:
+// about 2 bytes a bit, a fifth of a word delta's size.
+type bitsMsg struct {
+	Node      string
+	Base      uint64 // generation the bits apply to
+	Gen       uint64 // generation after applying them
+	Positions []uint64
 }
 
 type writer struct{ b []byte }
@@ -101,6 +114,29 @@ func encodeDelta(m deltaMsg) []byte {
 		prev = idx
 		w.u64(m.Words[i])
 	}
+	return w.b
+}
+
+func encodeBits(m bitsMsg) []byte {
+	w := writer{b: make([]byte, 0, 32+2*len(m.Positions))}
+	w.header(msgBits)
+	w.str(m.Node)
+	w.uvarint(m.Base)
+	w.uvarint(m.Gen)
+	w.uvarint(uint64(len(m.Positions)))
+	prev := uint64(0)
+	for _, p := range m.Positions {
+		w.uvarint(p - prev) // ascending: store gaps
+		prev = p
+	}
+	return w.b
+}
+
+// encodeWant asks for the sender's whole digest; node is the asker.
+func encodeWant(node string) []byte {
+	w := writer{}
+	w.header(msgWant)
+	w.str(node)
 	return w.b
 }
 
@@ -245,6 +281,45 @@ func decodeDelta(r *reader) (deltaMsg, error) {
 		r.fail("empty node name or generation not increasing")
 	}
 	return m, r.err
+}
+
+func decodeBits(r *reader) (bitsMsg, error) {
+	var m bitsMsg
+	m.Node = r.str()
+	m.Base = r.uvarint()
+	m.Gen = r.uvarint()
+	// Each position takes at least a byte, so the input bounds the count.
+	n := r.count(len(r.b) - r.off)
+	pos := uint64(0)
+	for i := 0; i < n && r.err == nil; i++ {
+		gap := r.uvarint()
+		if i > 0 && gap == 0 {
+			r.fail("positions not ascending")
+		}
+		if pos+gap < pos || pos+gap >= digest.MaxBits {
+			r.fail("position out of range")
+		}
+		pos += gap
+		m.Positions = append(m.Positions, pos)
+	}
+	if r.err == nil && r.off != len(r.b) {
+		r.fail("trailing bytes")
+	}
+	if r.err == nil && (m.Node == "" || m.Gen <= m.Base) {
+		r.fail("empty node name or generation not increasing")
+	}
+	return m, r.err
+}
+
+func decodeWant(r *reader) (string, error) {
+	node := r.str()
+	if r.err == nil && r.off != len(r.b) {
+		r.fail("trailing bytes")
+	}
+	if r.err == nil && node == "" {
+		r.fail("empty node name")
+	}
+	return node, r.err
 }
 
 func encodeMeta(m Meta) []byte {

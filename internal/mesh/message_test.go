@@ -2,11 +2,12 @@ package mesh
 
 import (
 	"errors"
-	"skywalker/internal/region"
+	"slices"
 	"testing"
 	"time"
 
 	"skywalker/internal/policy"
+	"skywalker/internal/region"
 )
 
 func TestMessagesRoundTrip(t *testing.T) {
@@ -26,6 +27,16 @@ func TestMessagesRoundTrip(t *testing.T) {
 	if err != nil || typ != msgDelta || len(gotD.Indexes) != 3 || gotD.Indexes[2] != 900 || gotD.Words[2] != 1<<63 {
 		t.Errorf("delta round trip: %+v, %v", gotD, err)
 	}
+	bm := bitsMsg{Node: "n", Base: 3, Gen: 5, Positions: []uint64{0, 7, 64, 9_000_000}}
+	typ, r, _ = decodeHeader(encodeBits(bm))
+	gotB, err := decodeBits(r)
+	if err != nil || typ != msgBits || gotB.Node != "n" || gotB.Base != 3 || gotB.Gen != 5 || !slices.Equal(gotB.Positions, bm.Positions) {
+		t.Errorf("bits round trip: %+v, %v", gotB, err)
+	}
+	typ, r, _ = decodeHeader(encodeWant("eu-west-1"))
+	if node, err := decodeWant(r); err != nil || typ != msgWant || node != "eu-west-1" {
+		t.Errorf("want round trip: %q, %v", node, err)
+	}
 	m := Meta{Region: "eu-west", Jurisdiction: "eu", APIAddr: "http://10.0.0.1:9000", Version: "dev"}
 	if gotM, err := decodeMeta(encodeMeta(m)); err != nil || gotM != m {
 		t.Errorf("meta round trip: %+v, %v", gotM, err)
@@ -43,6 +54,12 @@ func TestDecodeRejectsBadMessages(t *testing.T) {
 		"empty node":    encodeLoad(loadMsg{Node: "", Seq: 1}),
 		"delta no-op":   encodeDelta(deltaMsg{Node: "n", Base: 2, Gen: 2}),
 		"delta unorder": []byte{'S', 'W', wireVersion, msgDelta, 1, 'n', 1, 2, 2, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+		"bits no-op":    encodeBits(bitsMsg{Node: "n", Base: 2, Gen: 2}),
+		"bits unorder":  []byte{'S', 'W', wireVersion, msgBits, 1, 'n', 1, 2, 2, 5, 0},
+		"bits too far":  encodeBits(bitsMsg{Node: "n", Base: 1, Gen: 2, Positions: []uint64{1 << 40}}),
+		"bits count":    []byte{'S', 'W', wireVersion, msgBits, 1, 'n', 1, 2, 9, 1},
+		"want nobody":   encodeWant(""),
+		"want trailing": append(encodeWant("n"), 1),
 	}
 	for name, b := range tests {
 		typ, r, err := decodeHeader(b)
@@ -52,6 +69,10 @@ func TestDecodeRejectsBadMessages(t *testing.T) {
 				_, err = decodeLoad(r)
 			case msgDelta:
 				_, err = decodeDelta(r)
+			case msgBits:
+				_, err = decodeBits(r)
+			case msgWant:
+				_, err = decodeWant(r)
 			}
 		}
 		if !errors.Is(err, ErrBadMessage) {
@@ -68,6 +89,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encodeLoad(loadMsg{Node: "n", Seq: 9, Load: region.Load{Queued: 3}}))
 	f.Add(encodeDelta(deltaMsg{Node: "n", Base: 1, Gen: 2, Indexes: []uint32{0, 3}, Words: []uint64{1, 2}}))
 	f.Add(encodeDigest("n", []byte("SWDG")))
+	f.Add(encodeBits(bitsMsg{Node: "n", Base: 1, Gen: 2, Positions: []uint64{3, 64}}))
+	f.Add(encodeWant("n"))
 	f.Add(encodeMeta(Meta{Region: "r"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = decodeMeta(b)
@@ -80,6 +103,10 @@ func FuzzDecode(f *testing.F) {
 			_, _ = decodeLoad(r)
 		case msgDelta:
 			_, _ = decodeDelta(r)
+		case msgBits:
+			_, _ = decodeBits(r)
+		case msgWant:
+			_, _ = decodeWant(r)
 		}
 		// The full path, as NotifyMsg runs it, on a node with no peers.
 		m := &Mesh{table: NewTable("x", region.DefaultControlPlane()), log: discard}

@@ -165,6 +165,7 @@ func MeshConfig(cfg proxy.Config, version string, log *slog.Logger) (mesh.Config
 	}
 	mc.NodeID, mc.Jurisdiction, mc.APIAddr, mc.Version = cfg.NodeID, cfg.Jurisdiction, cfg.AdvertiseURL, version
 	mc.Keys, mc.Insecure, mc.Label, mc.Preset = cfg.GossipKeys, cfg.InsecureGossip, cfg.ClusterLabel, cfg.MeshPreset
+	mc.GossipBudget = cfg.GossipBudget
 	mc.Control = cfg.ControlPlane()
 	mc.Logger = log
 	return mc, nil

@@ -11,6 +11,7 @@ import (
 
 	"skywalker/internal/balancer"
 	"skywalker/internal/engine"
+	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
@@ -44,6 +45,10 @@ type Config struct {
 	InsecureGossip bool          `yaml:"insecure_gossip"` // SKYWALKER_INSECURE_GOSSIP: development only
 	ClusterLabel   string        `yaml:"cluster_label"`   // SKYWALKER_CLUSTER_LABEL; default "skywalker"
 	MeshPreset     string        `yaml:"mesh_preset"`     // SKYWALKER_MESH_PRESET: wan (default), lan, local
+	// GossipBudget bounds this proxy's gossip of load summaries and digest
+	// changes, bytes per second (SKYWALKER_GOSSIP_BUDGET); default 50,000,
+	// negative is unlimited.
+	GossipBudget int `yaml:"gossip_budget"`
 
 	Policy       string        `yaml:"policy"`         // SKYWALKER_POLICY; default skywalker
 	Profile      string        `yaml:"profile"`        // SKYWALKER_PROFILE: the replicas' engine profile, for prefill estimates
@@ -100,7 +105,7 @@ func DefaultConfig() Config {
 	cp := region.DefaultControlPlane()
 	bal := balancer.DefaultConfig()
 	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: cp.MaxWANRTT, ClusterLabel: "skywalker",
-		MeshPreset: "wan", Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
+		MeshPreset: "wan", GossipBudget: mesh.DefaultGossipBudget, Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
 		DrainTimeout: 30 * time.Second, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
@@ -179,7 +184,7 @@ func (c *Config) ApplyYAML(data []byte) error {
 // EnvVars are the environment variables ApplyEnv reads.
 var EnvVars = []string{"REGION_ID", "PEER_REGIONS", "LOCAL_WORKER_POOL", "MAX_WAN_RTT_THRESHOLD_MS", "SKYWALKER_JURISDICTION",
 	"SKYWALKER_NODE_ID", "SKYWALKER_LISTEN", "SKYWALKER_ADVERTISE_URL", "SKYWALKER_GOSSIP_BIND", "SKYWALKER_GOSSIP_ADVERTISE",
-	"SKYWALKER_CLUSTER_LABEL", "SKYWALKER_MESH_PRESET", "SKYWALKER_POLICY", "SKYWALKER_PROFILE", "SKYWALKER_GOSSIP_KEY",
+	"SKYWALKER_CLUSTER_LABEL", "SKYWALKER_MESH_PRESET", "SKYWALKER_GOSSIP_BUDGET", "SKYWALKER_POLICY", "SKYWALKER_PROFILE", "SKYWALKER_GOSSIP_KEY",
 	"SKYWALKER_INSECURE_GOSSIP", "SKYWALKER_MAX_IN_FLIGHT", "SKYWALKER_MAX_QUEUE", "SKYWALKER_MAX_BODY_BYTES", "SKYWALKER_RETRIES",
 	"SKYWALKER_EJECT_AFTER", "SKYWALKER_MAX_WAIT", "SKYWALKER_SCRAPE_INTERVAL", "SKYWALKER_RESOLVE_INTERVAL", "SKYWALKER_DRAIN_TIMEOUT",
 	"SKYWALKER_TTFT_SLO", "SKYWALKER_TTFT_SLO_CRITICAL", "SKYWALKER_TTFT_SLO_SHEDDABLE", "SKYWALKER_TENANT_HEADER",
@@ -281,6 +286,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	duration("SKYWALKER_TTFT_SLO_SHEDDABLE", &c.TTFTObjectiveSheddable)
 	integer("SKYWALKER_MAX_IN_FLIGHT", &c.MaxInFlight)
 	integer("SKYWALKER_MAX_QUEUE", &c.MaxQueue)
+	integer("SKYWALKER_GOSSIP_BUDGET", &c.GossipBudget)
 	integer("SKYWALKER_MAX_BODY_BYTES", &c.MaxBodyBytes)
 	integer("SKYWALKER_RETRIES", &c.Retries)
 	integer("SKYWALKER_EJECT_AFTER", &c.EjectAfter)
