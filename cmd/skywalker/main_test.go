@@ -170,11 +170,11 @@ func TestBenchExitsNonZeroAndSaysWhy(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	out, err := run(t, "bench", "--endpoints", "http://"+addr, "--limit", "3", "--quiet")
+	out, err := run(t, "bench", "--endpoints", "http://"+addr, "--limit", "3", "--speedup", "50", "--quiet")
 	if err == nil || !strings.Contains(err.Error(), "3 of 3 requests failed") || !strings.Contains(err.Error(), "connection refused") {
 		t.Errorf("bench against a closed port: error %v; want the failure share and the connection error\n%s", err, out)
 	}
-	out, err = run(t, "bench", "--endpoints", "us-east=http://"+addr, "--limit", "12", "--quiet")
+	out, err = run(t, "bench", "--endpoints", "us-east=http://"+addr, "--limit", "12", "--speedup", "50", "--quiet")
 	if !strings.Contains(out, "warning: region eu-west has no endpoint") || !strings.Contains(out, "warning: region ap-east has no endpoint") {
 		t.Errorf("bench with one region's endpoint: want warnings for the others\n%s (error %v)", out, err)
 	}

@@ -63,3 +63,17 @@ func TestMemberlistLinesBecomeRateLimitedRecords(t *testing.T) {
 		}
 	}
 }
+
+// FuzzMemberlistLine: any line memberlist writes becomes a record; none
+// panics.
+func FuzzMemberlistLine(f *testing.F) {
+	for _, s := range []string{"2026/12/02 00:11:33 [WARN] memberlist: Refuting a suspect message (from: x)", "[ERR]", "", "memberlist: ["} {
+		f.Add(s)
+	}
+	w := newMemberlistLog(slog.New(slog.DiscardHandler), time.Now)
+	f.Fuzz(func(t *testing.T, line string) {
+		if n, err := w.Write([]byte(line)); err != nil || n != len(line) {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	})
+}

@@ -257,7 +257,7 @@ func TestSequentialConversationsSpreadAndStick(t *testing.T) {
 				continue
 			}
 			if r.replica != home[conv] {
-				t.Errorf("conversation %d turn %d went to %s, its prefix is on %s", conv, turn, r.replica, home[conv])
+				t.Errorf("conversation %d turn %d went to %s (%s), its prefix is on %s", conv, turn, r.replica, r.reason, home[conv])
 			}
 		}
 	}

@@ -159,12 +159,13 @@ func (p *poolLoops) scrapeAll(ctx context.Context) {
 			defer wg.Done()
 			status := 0
 			var known bool
+			mark := p.r.MarkScrape(rp.name())
 			resp, err := p.get(ctx, rp, "/metrics", time.Second)
 			if err != nil {
-				known = p.r.ObserveScrape(rp.name(), 0, nil)
+				known = p.r.ObserveScrape(rp.name(), mark, 0, nil)
 			} else {
 				status = resp.StatusCode
-				known = p.r.ObserveScrape(rp.name(), resp.StatusCode, resp.Body)
+				known = p.r.ObserveScrape(rp.name(), mark, resp.StatusCode, resp.Body)
 				resp.Body.Close()
 			}
 			p.scraped(rp, now, status, err, known)

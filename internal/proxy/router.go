@@ -277,7 +277,7 @@ func (r *Router) setPeerSource(p PeerSource) {
 // body of its /metrics answer (status 0: the scrape failed). A page
 // without vLLM or SGLang names leaves the engine's queue unknown. It
 // reports whether the engine exposed queue metrics.
-func (r *Router) ObserveScrape(replica string, status int, page io.Reader) bool {
+func (r *Router) ObserveScrape(replica string, mark region.ScrapeMark, status int, page io.Reader) bool {
 	var m region.Metrics
 	if status == http.StatusOK && page != nil {
 		m, _ = parseEngineMetrics(page)
@@ -285,9 +285,20 @@ func (r *Router) ObserveScrape(replica string, status int, page io.Reader) bool 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if h := r.core.Replica(replica); h != nil {
-		r.core.Scraped(h, m)
+		r.core.ScrapedSince(h, m, mark)
 	}
 	return m.Known
+}
+
+// MarkScrape is called as a scrape of the named replica begins; its mark
+// goes to ObserveScrape.
+func (r *Router) MarkScrape(replica string) region.ScrapeMark {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h := r.core.Replica(replica); h != nil {
+		return r.core.MarkScrape(h)
+	}
+	return region.ScrapeMark{}
 }
 
 // ObserveHealth records one health check of the named replica.

@@ -276,6 +276,7 @@ func (r *Region) Deliver(o balancer.Outcome) {
 			rp.inFlightTokens += req.PromptTokens
 			rp.prefillTokens += uncached
 			rp.sinceScrape += uncached + out
+			rp.dispatchedTokens += uncached + out
 			b := &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
 				submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight}
 			if !o.Submitted.IsZero() {

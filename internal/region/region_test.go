@@ -343,3 +343,28 @@ func TestHeldRequestsCalibrateTheTTFTBias(t *testing.T) {
 		t.Errorf("the view carries bias %v, the region %v", v.Local.TTFTBias, r.TTFTBias(probeReq()))
 	}
 }
+
+// TestARequestThatEndsDuringAScrapeIsNotCountedRunning: a scrape that
+// began before a request ended may land after it (milliseconds on a busy
+// machine); the request must not make its replica look busy.
+func TestARequestThatEndsDuringAScrapeIsNotCountedRunning(t *testing.T) {
+	r, got := newTestRegion(t, 1)
+	rp := r.Replicas()[0]
+	r.Submit(time.Unix(0, 0), req("a", 1, 2))
+	if len(*got) != 1 {
+		t.Fatalf("%d deliveries, want the request dispatched", len(*got))
+	}
+	mark := r.MarkScrape(rp)                                   // the scrape leaves ...
+	r.End((*got)[0].Request, Served, 0)                        // ... the request ends ...
+	r.ScrapedSince(rp, Metrics{Known: true, Running: 1}, mark) // ... the engine's answer still counts it
+	if running := r.View(req("b")).Local.Replicas[0].Running; running != 0 {
+		t.Errorf("running %d after the only request ended during the scrape, want 0", running)
+	}
+	// A request that ended before the scrape began is the engine's to count.
+	r.Submit(time.Unix(1, 0), req("c", 3))
+	r.End((*got)[1].Request, Served, 0)
+	r.ScrapedSince(rp, Metrics{Known: true, Running: 1}, r.MarkScrape(rp))
+	if running := r.View(req("d")).Local.Replicas[0].Running; running != 1 {
+		t.Errorf("running %d: a scrape begun after the end reports the engine's own count, want 1", running)
+	}
+}

@@ -48,12 +48,17 @@ type Replica struct {
 	// scrape's KV usage does not count them yet.
 	sinceScrape int
 	// endedSinceScrape counts this node's requests on the replica that
-	// ended after the last scrape: the scrape's Running still counts them.
+	// ended after the last scrape began: the scrape's Running may still
+	// count them.
 	endedSinceScrape int
-	metrics          Metrics
-	learned          capLearner // dispatch cap, for engines without metrics
-	cacheFactor      float64    // believed cache over reported (0 = 1), from cache truth
-	truth            CacheTruth
+	// ended and dispatchedTokens are running totals, marked when a scrape
+	// begins (ScrapeMark) so that what happened while it was in flight
+	// still counts once it lands.
+	ended, dispatchedTokens int
+	metrics                 Metrics
+	learned                 capLearner // dispatch cap, for engines without metrics
+	cacheFactor             float64    // believed cache over reported (0 = 1), from cache truth
+	truth                   CacheTruth
 }
 
 // ReplicaSpec names a replica and, for one outside the balancer's region
@@ -167,12 +172,31 @@ func (r *Region) HealthyReplicas() int {
 // IndexedBlocks is how many prefix blocks the index believes rp holds.
 func (r *Region) IndexedBlocks(rp *Replica) int { return r.index.TargetLen(rp.target) }
 
-// Scraped records one scrape of rp's engine. A failed scrape passes the
-// zero Metrics: the engine's queue is then unknown and the replica is
-// balanced on its requests in flight. A reported KV-cache size resizes the
-// replica's share of the prefix index.
-func (r *Region) Scraped(rp *Replica, m Metrics) {
-	rp.metrics, rp.sinceScrape, rp.endedSinceScrape = m, 0, 0
+// ScrapeMark is where a replica's counters stood when a scrape of its
+// engine began.
+type ScrapeMark struct{ ended, dispatchedTokens int }
+
+// MarkScrape is called as a scrape of rp's engine begins; the mark goes
+// to ScrapedSince when it lands.
+func (r *Region) MarkScrape(rp *Replica) ScrapeMark {
+	return ScrapeMark{ended: rp.ended, dispatchedTokens: rp.dispatchedTokens}
+}
+
+// Scraped records a scrape that took no time (the simulator's).
+func (r *Region) Scraped(rp *Replica, m Metrics) { r.ScrapedSince(rp, m, r.MarkScrape(rp)) }
+
+// ScrapedSince records one scrape of rp's engine that began at mark. The
+// requests that ended and the tokens dispatched since the mark stay
+// counted against the scrape (it may have been taken before they
+// happened): a scrape that takes milliseconds on a busy machine must not
+// make a replica look busy with a request that has already ended. A failed
+// scrape passes the zero Metrics: the engine's queue is then unknown and
+// the replica is balanced on its requests in flight. A reported KV-cache
+// size resizes the replica's share of the prefix index.
+func (r *Region) ScrapedSince(rp *Replica, m Metrics, mark ScrapeMark) {
+	rp.metrics = m
+	rp.sinceScrape = max(rp.dispatchedTokens-mark.dispatchedTokens, 0)
+	rp.endedSinceScrape = max(rp.ended-mark.ended, 0)
 	if m.Running > 0 && m.KVUsage > 0 && m.KVBlocks > 0 && m.BlockSize > 0 {
 		per := m.KVUsage * float64(m.KVBlocks*m.BlockSize) / float64(m.Running)
 		if rp.footprint == 0 {
@@ -344,6 +368,7 @@ func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
 	rp.inFlight = max(rp.inFlight-1, 0)
 	rp.inFlightTokens = max(rp.inFlightTokens-b.prompt, 0)
 	rp.endedSinceScrape++
+	rp.ended++
 	switch how {
 	case Served:
 		rp.failures = 0

@@ -149,9 +149,11 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	step(30 * time.Millisecond)
 	scrapeProxy := func() {
 		for i, e := range engines {
+			name := fmt.Sprintf("us-east-%d", i)
+			mark := router.MarkScrape(name)
 			rec := httptest.NewRecorder()
 			e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-			router.ObserveScrape(fmt.Sprintf("us-east-%d", i), rec.Code, rec.Body)
+			router.ObserveScrape(name, mark, rec.Code, rec.Body)
 		}
 		router.Pump()
 	}
@@ -345,7 +347,7 @@ func TestProxyAndSimulatorScrapeEnginesAlike(t *testing.T) {
 			}
 			rec := httptest.NewRecorder()
 			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-			router.ObserveScrape("r0", rec.Code, rec.Body)
+			router.ObserveScrape("r0", router.MarkScrape("r0"), rec.Code, rec.Body)
 
 			core, err := region.New(pcfg.RegionConfig(), pol, func(region.Delivery) {})
 			if err != nil {
