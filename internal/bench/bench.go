@@ -58,6 +58,7 @@ type Sample struct {
 	OutputTokens int
 	CachedTokens int
 	Status       int
+	Code         string // the OpenAI-style error's code on a non-200 answer ("overloaded", "shed", ...)
 	Err          error
 }
 
@@ -208,7 +209,7 @@ func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Samp
 		s.Served = r
 	}
 	if resp.StatusCode != http.StatusOK {
-		s.Err = statusError(resp)
+		s.Code, s.Err = statusError(resp)
 		return s
 	}
 	sc := bufio.NewScanner(resp.Body)
@@ -280,12 +281,13 @@ func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Samp
 }
 
 // statusError is a non-200 answer as an error carrying the OpenAI-style
-// message, when the body has one.
-func statusError(resp *http.Response) error {
+// message, when the body has one, and the error's code.
+func statusError(resp *http.Response) (string, error) {
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var e struct {
 		Error struct {
 			Message string `json:"message"`
+			Code    any    `json:"code"` // a string here; some servers send a number
 		} `json:"error"`
 	}
 	msg := strings.TrimSpace(string(body))
@@ -295,10 +297,11 @@ func statusError(resp *http.Response) error {
 	if len(msg) > 200 {
 		msg = msg[:200] + "…"
 	}
+	code, _ := e.Error.Code.(string)
 	if msg == "" {
-		return fmt.Errorf("status %d", resp.StatusCode)
+		return code, fmt.Errorf("status %d", resp.StatusCode)
 	}
-	return fmt.Errorf("status %d: %s", resp.StatusCode, msg)
+	return code, fmt.Errorf("status %d: %s", resp.StatusCode, msg)
 }
 
 // Route splits a workload by whether its region has an endpoint: the
@@ -375,6 +378,8 @@ func (s Sample) Record(begin time.Time) results.Sample {
 		r.Dropped = "connection_error"
 	case s.Err != nil && s.Status == http.StatusOK:
 		r.Dropped = "failed_midstream"
+	case s.Status == http.StatusTooManyRequests && s.Code != "":
+		r.Dropped = s.Code // overloaded, queue_full (refused) or shed: counted as such
 	case s.Status != http.StatusOK:
 		r.Dropped = "status_" + strconv.Itoa(s.Status)
 	}

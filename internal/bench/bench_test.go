@@ -119,7 +119,7 @@ func TestANonOKAnswerCarriesTheServersMessage(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusTooManyRequests)
-		_, _ = w.Write([]byte(`{"error":{"message":"the queue is full","type":"rate_limit_exceeded"}}`))
+		_, _ = w.Write([]byte(`{"error":{"message":"the queue is full","type":"rate_limit_exceeded","code":"queue_full"}}`))
 	}))
 	defer srv.Close()
 	arrivals := []workload.Arrival{{Region: "r", Request: &request.Request{ID: "x", PromptTokens: 10, MaxTokens: 1}}}
@@ -127,7 +127,10 @@ func TestANonOKAnswerCarriesTheServersMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(samples) != 1 || samples[0].Err == nil || samples[0].Err.Error() != "status 429: the queue is full" {
-		t.Errorf("samples %+v: want the error to carry the server's message", samples)
+	if len(samples) != 1 || samples[0].Err == nil || samples[0].Err.Error() != "status 429: the queue is full" || samples[0].Code != "queue_full" {
+		t.Fatalf("samples %+v: want the error to carry the server's message and code", samples)
+	}
+	if rec := samples[0].Record(samples[0].Start); rec.Dropped != "queue_full" {
+		t.Errorf("recorded as %q: a 429 with a code counts as that refusal", rec.Dropped)
 	}
 }

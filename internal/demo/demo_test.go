@@ -38,8 +38,12 @@ func TestDemoJSON(t *testing.T) {
 	// may close (probe RTTs inflate): the end-to-end burst test checks
 	// sharing once its gate is open; here it is reported.
 	t.Logf("%d requests served cross-region", sum.Overall.ForwardedOut)
-	if sum.Overall.Dropped != 0 {
-		t.Errorf("%d requests failed", sum.Overall.Dropped)
+	// Nothing may be lost. On a machine busy enough to overload the demo's
+	// engines, the proxies refuse or shed with a 429 the client can act on;
+	// any other failure (a broken connection, a 5xx) is a bug.
+	if lost := sum.Overall.Dropped - sum.Overall.Refused - sum.Overall.Shed; lost != 0 {
+		t.Errorf("%d requests failed without an answer the client can act on (%d dropped, %d refused, %d shed)",
+			lost, sum.Overall.Dropped, sum.Overall.Refused, sum.Overall.Shed)
 	}
 	for _, want := range []string{
 		"WAN gate threshold 200ms",  // the banner names the threshold it uses

@@ -80,8 +80,12 @@ type Result struct {
 
 // RegionStats are one ingress region's figures.
 type RegionStats struct {
-	Arrivals     int     `json:"arrivals"`
-	Dropped      int     `json:"dropped"`
+	Arrivals int `json:"arrivals"`
+	Dropped  int `json:"dropped"`
+	// Refused and Shed are the drops answered with a 429 the client can
+	// act on (refused on arrival; shed from a queue); counted in Dropped.
+	Refused      int     `json:"refused"`
+	Shed         int     `json:"shed"`
 	ServedLocal  int     `json:"served_local"`
 	ForwardedOut int     `json:"forwarded_out"`
 	Received     int     `json:"received"`
@@ -141,7 +145,7 @@ func (m *Millis) UnmarshalJSON(b []byte) error {
 // sent away was received somewhere.
 func (r *Result) Totals() RegionStats {
 	cross := int(math.Round(float64(r.Completed) * r.CrossRegion))
-	return RegionStats{Arrivals: r.Requests, Dropped: r.Dropped, ServedLocal: r.Completed - cross, ForwardedOut: cross, Received: cross,
+	return RegionStats{Arrivals: r.Requests, Dropped: r.Dropped, Refused: r.Refused, Shed: r.Shed, ServedLocal: r.Completed - cross, ForwardedOut: cross, Received: cross,
 		TTFTP50Ms: r.TTFTP50Ms, TTFTP99Ms: r.TTFTP99Ms, CacheHitRate: r.CacheHitRate}
 }
 
@@ -320,10 +324,12 @@ func (c *Collector) Add(s Sample) {
 			c.refused++
 			tg.refused++
 			cg.refused++
+			in.stats.Refused++
 		case s.Dropped == "shed":
 			c.shed++
 			tg.shed++
 			cg.shed++
+			in.stats.Shed++
 		}
 		inf := math.Inf(1)
 		c.ttft, c.e2e, in.ttft = append(c.ttft, inf), append(c.e2e, inf), append(in.ttft, inf)
