@@ -30,8 +30,8 @@ baselines and GORGO also as one router in one region), it finds by search the
 smallest reservation at which 99% of requests meet the TTFT SLO over the
 simulated day, and draws SLO attainment and TTFT p99 against offered load and
 against reservation size; every number is the mean of several seeds with a
-95% interval. It writes report.md, results.json and SVG figures to --out.
---render FILE writes them again from an earlier run's results.json.`,
+95% interval. It writes report.md, results.json.gz and SVG figures to --out.
+--render FILE writes them again from an earlier run's results.json.gz.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if render != "" {
@@ -91,14 +91,14 @@ against reservation size; every number is the mean of several seeds with a
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&out, "out", "eval", "directory for report.md, results.json and the figures")
+	f.StringVar(&out, "out", "eval", "directory for report.md, results.json.gz and the figures")
 	f.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios, built-in or YAML files (default: the evaluation's: "+entryNames()+")")
 	f.StringVar(&variantList, "policies", "", "comma-separated policies, policy@region for one router in that region (default: all)")
 	f.IntVar(&seeds, "seeds", 5, "seeds per number")
 	f.StringVar(&loads, "loads", "", "offered loads of the load curve, comma-separated multiples (default 0.25,0.5,0.75,1,1.1,1.25,1.5)")
 	f.StringVar(&sizes, "sizes", "", "reservations of the size curve, comma-separated multiples of the planned fleet (default 0.75,1,1.25,1.5)")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
-	f.StringVar(&render, "render", "", "render --out again from this results.json instead of running")
+	f.StringVar(&render, "render", "", "render --out again from this results.json.gz instead of running")
 	return cmd
 }
 

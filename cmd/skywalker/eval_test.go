@@ -8,7 +8,7 @@ import (
 )
 
 // TestEvalWritesAndRendersAReport runs the evaluation on a small scenario
-// file, then renders its results.json again.
+// file, then renders its results.json.gz again.
 func TestEvalWritesAndRendersAReport(t *testing.T) {
 	dir := t.TempDir()
 	out, err := run(t, "eval", "--scenarios", "../../internal/eval/testdata/two-regions.yaml", "--policies", "skywalker,local",
@@ -29,7 +29,7 @@ func TestEvalWritesAndRendersAReport(t *testing.T) {
 		}
 	}
 	again := t.TempDir()
-	if _, err := run(t, "eval", "--render", filepath.Join(dir, "results.json"), "--out", again); err != nil {
+	if _, err := run(t, "eval", "--render", filepath.Join(dir, "results.json.gz"), "--out", again); err != nil {
 		t.Fatal(err)
 	}
 	md2, err := os.ReadFile(filepath.Join(again, "report.md"))

@@ -10,6 +10,8 @@
 package eval
 
 import (
+	"bufio"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -289,9 +291,20 @@ func Run(ctx context.Context, opt Options) (*Report, error) {
 // maxReportBytes bounds a results.json ReadReport accepts.
 const maxReportBytes = 64 << 20
 
-// ReadReport reads a report that EvalDir wrote as results.json, to render
-// it again without rerunning it.
+// ReadReport reads a report that EvalDir wrote as results.json.gz (plain
+// JSON is read too), to render it again without rerunning it.
 func ReadReport(r io.Reader) (*Report, error) {
+	br := bufio.NewReader(r)
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("eval report: %w", err)
+		}
+		defer zr.Close()
+		r = zr
+	} else {
+		r = br
+	}
 	data, err := io.ReadAll(io.LimitReader(r, maxReportBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("eval report: %w", err)

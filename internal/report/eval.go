@@ -1,6 +1,7 @@
 package report
 
 import (
+	"compress/gzip"
 	"fmt"
 	"image/color"
 	"io"
@@ -24,7 +25,7 @@ const PaperClaims = "1.12–2.06× throughput and 1.74–6.30× lower latency th
 	"25% fewer replicas than region-local (12 → 9) on three regions of Llama-3.1-8B on L4 GPUs behind SGLang"
 
 // EvalDir writes an evaluation into dir: report.md (linking its figures),
-// results.json and, per scenario, SVG curves of SLO attainment and TTFT p99
+// results.json.gz (the whole report as gzipped JSON, for --render) and, per scenario, SVG curves of SLO attainment and TTFT p99
 // against offered load and of SLO attainment against reservation size. It
 // returns the paths written.
 func EvalDir(dir string, rep *eval.Report) ([]string, error) {
@@ -66,7 +67,13 @@ func EvalDir(dir string, rep *eval.Report) ([]string, error) {
 			figures[s.Name] = append(figures[s.Name], name)
 		}
 	}
-	if err := write("results.json", func(w io.Writer) error { return JSON(w, rep) }); err != nil {
+	if err := write("results.json.gz", func(w io.Writer) error {
+		zw := gzip.NewWriter(w)
+		if err := JSON(zw, rep); err != nil {
+			return err
+		}
+		return zw.Close()
+	}); err != nil {
 		return nil, err
 	}
 	if err := write("report.md", func(w io.Writer) error { return EvalMarkdown(w, rep, figures) }); err != nil {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"compress/gzip"
 	"encoding/json"
 	"io"
 	"math"
@@ -46,7 +47,7 @@ func TestEvalDirWritesTheReportTheDataAndTheFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"results.json", "report.md", "paper-l4_slo_vs_load.svg", "paper-l4_p99_vs_load.svg", "paper-l4_slo_vs_size.svg", "paper-l4_p99_vs_size.svg"}
+	want := []string{"results.json.gz", "report.md", "paper-l4_slo_vs_load.svg", "paper-l4_p99_vs_load.svg", "paper-l4_slo_vs_size.svg", "paper-l4_p99_vs_size.svg"}
 	for _, name := range want {
 		info, err := os.Stat(filepath.Join(dir, name))
 		if err != nil || info.Size() == 0 {
@@ -72,7 +73,16 @@ func TestEvalDirWritesTheReportTheDataAndTheFigures(t *testing.T) {
 			t.Errorf("report.md lacks %q:\n%s", s, md)
 		}
 	}
-	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	zf, err := os.Open(filepath.Join(dir, "results.json.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zf.Close()
+	zr, err := gzip.NewReader(zf)
+	if err != nil {
+		t.Fatalf("results.json.gz is not gzip: %v", err)
+	}
+	data, err := io.ReadAll(zr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +94,7 @@ func TestEvalDirWritesTheReportTheDataAndTheFigures(t *testing.T) {
 		} `json:"scenarios"`
 	}
 	if err := json.Unmarshal(data, &back); err != nil || len(back.Scenarios) != 1 || len(back.Scenarios[0].Variants) != 2 {
-		t.Errorf("results.json does not read back: %v %+v", err, back)
+		t.Errorf("results.json.gz does not read back: %v %+v", err, back)
 	}
 }
 
@@ -93,7 +103,7 @@ func TestAnEvaluationRendersAgainFromItsResults(t *testing.T) {
 	if _, err := EvalDir(dir, evalFixture()); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(filepath.Join(dir, "results.json"))
+	f, err := os.Open(filepath.Join(dir, "results.json.gz"))
 	if err != nil {
 		t.Fatal(err)
 	}
