@@ -4,6 +4,7 @@ package scenarios
 
 import (
 	"embed"
+	"errors"
 	"fmt"
 	"path"
 	"sort"
@@ -13,11 +14,14 @@ import (
 //go:embed *.yaml
 var files embed.FS
 
+// ErrUnknown is wrapped by Get's error for a name that is not built in.
+var ErrUnknown = errors.New("no built-in scenario")
+
 // Get returns the YAML of a built-in scenario.
 func Get(name string) ([]byte, error) {
 	data, err := files.ReadFile(path.Clean(name) + ".yaml")
 	if err != nil {
-		return nil, fmt.Errorf("no built-in scenario %q (built in: %s)", name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("%w %q (built in: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
 	}
 	return data, nil
 }

@@ -83,16 +83,19 @@ answer, a stream that broke).`,
 			progress := newProgress(cmd.ErrOrStderr(), len(arrivals), quiet, "requests")
 			defer progress.finish()
 			var (
-				mu   sync.Mutex
-				ttft []float64
+				mu        sync.Mutex
+				ttft      []float64
+				described time.Time
 			)
 			cfg.OnSample = func(s bench.Sample) {
 				mu.Lock()
 				if s.OK() {
 					ttft = append(ttft, float64(s.TTFT.Milliseconds()))
 				}
-				n := len(ttft)
-				if n > 0 && (n < 20 || n%10 == 0) { // a live median, recomputed now and then
+				// A live median, recomputed at most once a second (sorting
+				// every sample would grow quadratically with the run).
+				if now := time.Now(); len(ttft) > 0 && now.Sub(described) >= time.Second {
+					described = now
 					sorted := slices.Clone(ttft)
 					slices.Sort(sorted)
 					progress.describe(fmt.Sprintf("requests, TTFT p50 %.0f ms", results.Percentile(sorted, 0.5)))

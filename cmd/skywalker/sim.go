@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -102,14 +103,15 @@ attainment, cache hit rate and cross-region traffic.`,
 }
 
 func loadScenario(name string) (*sim.Scenario, error) {
-	data, err := scenarios.Get(name)
-	if err != nil {
-		var ferr error
-		if data, ferr = os.ReadFile(name); ferr != nil {
+	sc, err := sim.Builtin(name)
+	if errors.Is(err, scenarios.ErrUnknown) {
+		data, ferr := os.ReadFile(name)
+		if ferr != nil {
 			return nil, fmt.Errorf("%v; and as a file: %w", err, ferr)
 		}
+		return sim.ParseScenario(data)
 	}
-	return sim.ParseScenario(data)
+	return sc, err
 }
 
 // parseSweep reads rate=LO:HI:STEPS.

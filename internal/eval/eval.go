@@ -28,7 +28,6 @@ import (
 	"skywalker/internal/policy"
 	"skywalker/internal/results"
 	"skywalker/internal/sim"
-	"skywalker/scenarios"
 )
 
 // Role says what a scenario was used for.
@@ -356,11 +355,8 @@ type scenarioPlan struct {
 func newScenarioPlan(e Entry, opt Options) (*scenarioPlan, error) {
 	sc := e.Spec
 	if sc == nil {
-		data, err := scenarios.Get(e.Scenario)
-		if err != nil {
-			return nil, err
-		}
-		if sc, err = sim.ParseScenario(data); err != nil {
+		var err error
+		if sc, err = sim.Builtin(e.Scenario); err != nil {
 			return nil, err
 		}
 	}

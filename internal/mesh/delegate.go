@@ -61,9 +61,6 @@ func (m *Mesh) handle(b []byte) {
 			return
 		}
 		m.mu.Lock()
-		if m.wanted == nil {
-			m.wanted = map[string]bool{}
-		}
 		m.wanted[node] = true // served by the next publishDigest
 		delete(m.sentGen, node)
 		m.mu.Unlock()
@@ -122,7 +119,6 @@ func (e events) NotifyLeave(n *memberlist.Node) {
 	e.m.table.Leave(n.Name, time.Now())
 	delete(e.m.members, n.Name)
 	delete(e.m.sentGen, n.Name)
-	delete(e.m.regions, n.Name)
 	delete(e.m.wanted, n.Name)
 	delete(e.m.asked, n.Name)
 	e.m.log.Info("peer left", "peer", n.Name)
@@ -150,7 +146,6 @@ func (m *Mesh) upsert(n *memberlist.Node) {
 		m.log.Info("peer joined", "peer", n.Name, "region", md.Region, "api", md.APIAddr)
 	}
 	m.members[n.Name] = own
-	m.regions[n.Name] = md.Region
 }
 
 // pings implements memberlist.PingDelegate: every probe memberlist makes

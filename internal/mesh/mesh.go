@@ -45,7 +45,6 @@ type Mesh struct {
 	// delegate call that received them (memberlist issue #306).
 	members   map[string]memberlist.Node
 	loads     region.LoadPublisher
-	regions   map[string]string // node → its region, from its metadata
 	published *digest.Digest
 	history   []*digest.Digest  // the last HistoryLength published, oldest first
 	sentGen   map[string]uint64 // node → digest generation it holds from us
@@ -79,7 +78,7 @@ func New(cfg Config, src Source) (*Mesh, error) {
 	m := &Mesh{cfg: cfg, log: cfg.Logger.With("component", "mesh", "node", cfg.NodeID), src: src,
 		self:  Meta{Region: cfg.Region, Jurisdiction: cfg.Jurisdiction, APIAddr: cfg.APIAddr, Version: cfg.Version},
 		table: NewTable(cfg.Region, cfg.Control), members: map[string]memberlist.Node{}, sentGen: map[string]uint64{},
-		regions: map[string]string{}, wanted: map[string]bool{}, toAsk: map[string]bool{}, asked: map[string]time.Time{},
+		wanted: map[string]bool{}, toAsk: map[string]bool{}, asked: map[string]time.Time{},
 		budget: tokenBucket{rate: float64(cfg.GossipBudget), burst: float64(cfg.GossipBudget) * 2 * cfg.Control.DigestInterval.Seconds()},
 		loads:  region.LoadPublisher{Interval: cfg.Control.LoadInterval}, stop: make(chan struct{}), started: time.Now()}
 	mc, err := cfg.memberlistConfig()

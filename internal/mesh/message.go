@@ -245,13 +245,27 @@ func decodeLoad(r *reader) (loadMsg, error) {
 		l.Offloading = r.count(maxCount)
 		l.PrefillTokens = r.count(maxCount)
 	}
-	if r.err == nil && r.off != len(r.b) {
-		r.fail("trailing bytes")
-	}
+	r.end()
 	if r.err == nil && m.Node == "" {
 		r.fail("empty node name")
 	}
 	return m, r.err
+}
+
+// end fails the message if bytes remain after its last field.
+func (r *reader) end() {
+	if r.err == nil && r.off != len(r.b) {
+		r.fail("trailing bytes")
+	}
+}
+
+// endChange ends a digest change: nothing after it, a node, and a
+// generation after the one it applies to.
+func (r *reader) endChange(node string, base, gen uint64) {
+	r.end()
+	if r.err == nil && (node == "" || gen <= base) {
+		r.fail("empty node name or generation not increasing")
+	}
 }
 
 func decodeDelta(r *reader) (deltaMsg, error) {
@@ -274,12 +288,7 @@ func decodeDelta(r *reader) (deltaMsg, error) {
 		m.Indexes = append(m.Indexes, uint32(idx))
 		m.Words = append(m.Words, r.u64())
 	}
-	if r.err == nil && r.off != len(r.b) {
-		r.fail("trailing bytes")
-	}
-	if r.err == nil && (m.Node == "" || m.Gen <= m.Base) {
-		r.fail("empty node name or generation not increasing")
-	}
+	r.endChange(m.Node, m.Base, m.Gen)
 	return m, r.err
 }
 
@@ -302,20 +311,13 @@ func decodeBits(r *reader) (bitsMsg, error) {
 		pos += gap
 		m.Positions = append(m.Positions, pos)
 	}
-	if r.err == nil && r.off != len(r.b) {
-		r.fail("trailing bytes")
-	}
-	if r.err == nil && (m.Node == "" || m.Gen <= m.Base) {
-		r.fail("empty node name or generation not increasing")
-	}
+	r.endChange(m.Node, m.Base, m.Gen)
 	return m, r.err
 }
 
 func decodeWant(r *reader) (string, error) {
 	node := r.str()
-	if r.err == nil && r.off != len(r.b) {
-		r.fail("trailing bytes")
-	}
+	r.end()
 	if r.err == nil && node == "" {
 		r.fail("empty node name")
 	}
@@ -338,9 +340,7 @@ func decodeMeta(b []byte) (Meta, error) {
 		r.fail("unsupported meta version %d", v)
 	}
 	m := Meta{Region: r.str(), Jurisdiction: r.str(), APIAddr: r.str(), Version: r.str()}
-	if r.err == nil && r.off != len(b) {
-		r.fail("trailing bytes")
-	}
+	r.end()
 	if r.err == nil && m.Region == "" {
 		r.fail("empty region")
 	}

@@ -65,7 +65,7 @@ func (m *Mesh) publishDigest() {
 	m.budget.refill(now)
 	var asks []memberlist.Node
 	for name, n := range m.members {
-		if m.regions[name] == m.cfg.Region || m.table.Digest(name) != nil && !m.toAsk[name] {
+		if m.table.SameRegion(name) || m.table.Digest(name) != nil && !m.toAsk[name] {
 			continue
 		}
 		if last, ok := m.asked[name]; ok && now.Sub(last) < WantRetry {
@@ -150,7 +150,7 @@ func (m *Mesh) digestPeers() []memberlist.Node {
 	m.mu.Lock()
 	out := all[:0]
 	for _, n := range all {
-		if m.regions[n.Name] != m.cfg.Region {
+		if !m.table.SameRegion(n.Name) {
 			out = append(out, n)
 		}
 	}
@@ -167,12 +167,7 @@ func (m *Mesh) digestPeers() []memberlist.Node {
 // wantFrom notes that this node lacks node's digest (or the generation a
 // change applies to): the next publishDigest asks for it whole. Called
 // with m.mu held.
-func (m *Mesh) wantFrom(node string) {
-	if m.toAsk == nil {
-		m.toAsk = map[string]bool{}
-	}
-	m.toAsk[node] = true
-}
+func (m *Mesh) wantFrom(node string) { m.toAsk[node] = true }
 
 // tokenBucket bounds the bytes of digest changes sent per second; a zero
 // or negative rate is unlimited.

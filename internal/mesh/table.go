@@ -90,6 +90,13 @@ func NewTable(self string, cp region.ControlPlane) *Table {
 		links: map[string]*Gate{}, unions: map[string]*unionCache{}, probeAt: map[string]int{}, left: map[string]leftRegion{}}
 }
 
+// SameRegion reports whether node is a live member of the table's own
+// region.
+func (t *Table) SameRegion(node string) bool {
+	n := t.nodes[node]
+	return n != nil && n.meta.Region == t.self
+}
+
 // Join records a live node (or new metadata for one) and reports whether
 // it was new.
 func (t *Table) Join(name string, m Meta) bool {

@@ -13,12 +13,10 @@ import (
 
 	"skywalker/internal/sim"
 	"skywalker/internal/workload"
-	"skywalker/scenarios"
 )
 
 func TestFromScenarioReproducesTheCurve(t *testing.T) {
-	data, _ := scenarios.Get("diurnal-3region")
-	s, err := sim.ParseScenario(data)
+	s, err := sim.Builtin("diurnal-3region")
 	if err != nil {
 		t.Fatal(err)
 	}

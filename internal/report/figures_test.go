@@ -8,7 +8,6 @@ import (
 
 	"skywalker/internal/plan"
 	"skywalker/internal/sim"
-	"skywalker/scenarios"
 )
 
 // TestEveryFigureFitsItsCanvas renders every figure the reports write —
@@ -22,11 +21,7 @@ func TestEveryFigureFitsItsCanvas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := scenarios.Get("quickstart")
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc, err := sim.ParseScenario(data)
+	sc, err := sim.Builtin("quickstart")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +93,7 @@ func TestPlanAxesCoverTheDayFromZero(t *testing.T) {
 
 func planFigure(t *testing.T) string {
 	t.Helper()
-	data, _ := scenarios.Get("diurnal-3region")
-	sc, err := sim.ParseScenario(data)
+	sc, err := sim.Builtin("diurnal-3region")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"skywalker/internal/request"
 	"skywalker/internal/strictyaml"
 	"skywalker/internal/workload"
+	"skywalker/scenarios"
 )
 
 // Scenario is a simulation described in YAML (see scenarios/*.yaml).
@@ -160,6 +161,15 @@ type ScenarioFault struct {
 }
 
 const maxScenarioBytes = 1 << 20
+
+// Builtin parses the built-in scenario name (scenarios/NAME.yaml).
+func Builtin(name string) (*Scenario, error) {
+	data, err := scenarios.Get(name)
+	if err != nil {
+		return nil, err
+	}
+	return ParseScenario(data)
+}
 
 // ParseScenario reads a scenario strictly: unknown fields, wrong types and
 // inconsistent values are errors that name the field.

@@ -2,10 +2,11 @@ package sim
 
 import (
 	"encoding/json"
-	"skywalker/internal/request"
 	"strings"
 	"testing"
 	"time"
+
+	"skywalker/internal/request"
 
 	"skywalker/internal/engine"
 	"skywalker/internal/policy"
@@ -17,11 +18,7 @@ import (
 
 func scenario(t testing.TB, name string) *Scenario {
 	t.Helper()
-	data, err := scenarios.Get(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := ParseScenario(data)
+	s, err := Builtin(name)
 	if err != nil {
 		t.Fatal(err)
 	}
