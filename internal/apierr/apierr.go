@@ -26,6 +26,7 @@ type Code string
 const (
 	InvalidRequest Code = "invalid_request"     // 400: malformed JSON, wrong types, missing fields
 	BodyTooLarge   Code = "body_too_large"      // 413: body over the configured limit
+	BodyTimeout    Code = "request_timeout"     // 408: the body arrived too slowly, or not at all
 	ModelNotFound  Code = "model_not_found"     // 404: no replica serves the requested model
 	NotFound       Code = "not_found"           // 404: unknown path
 	QueueFull      Code = "queue_full"          // 429: the balancer queue is at its bound; retry later
@@ -70,6 +71,8 @@ func (e *Error) Status() int {
 		return http.StatusBadRequest
 	case BodyTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case BodyTimeout:
+		return http.StatusRequestTimeout
 	case ModelNotFound, NotFound:
 		return http.StatusNotFound
 	case QueueFull, Overloaded, Shed:
@@ -88,7 +91,7 @@ func (e *Error) Status() int {
 // Type is the OpenAI error "type" field for the error's code.
 func (e *Error) Type() string {
 	switch e.Status() {
-	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusForbidden:
+	case http.StatusBadRequest, http.StatusNotFound, http.StatusRequestEntityTooLarge, http.StatusRequestTimeout, http.StatusForbidden:
 		return "invalid_request_error"
 	case http.StatusTooManyRequests:
 		return "rate_limit_error"

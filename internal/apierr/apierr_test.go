@@ -16,6 +16,7 @@ func TestStatusAndTypePerCode(t *testing.T) {
 	}{
 		{InvalidRequest, 400, "invalid_request_error"},
 		{BodyTooLarge, 413, "invalid_request_error"},
+		{BodyTimeout, 408, "invalid_request_error"},
 		{ModelNotFound, 404, "invalid_request_error"},
 		{QueueFull, 429, "rate_limit_error"},
 		{QueueTimeout, 503, "service_unavailable_error"},

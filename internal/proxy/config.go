@@ -56,7 +56,13 @@ type Config struct {
 	MaxQueue     int           `yaml:"max_queue"`      // SKYWALKER_MAX_QUEUE; default 4096
 	MaxWait      time.Duration `yaml:"max_wait"`       // SKYWALKER_MAX_WAIT; default 30 s
 	MaxBodyBytes int           `yaml:"max_body_bytes"` // SKYWALKER_MAX_BODY_BYTES; default 16 MiB
-	Retries      int           `yaml:"retries"`        // SKYWALKER_RETRIES before the first byte; default 2
+	// A request body must keep arriving: by BodyTimeout plus one second per
+	// MinBodyRate bytes received, or it is answered 408 and its buffer and
+	// goroutine freed (SKYWALKER_BODY_TIMEOUT, default 10 s;
+	// SKYWALKER_MIN_BODY_RATE bytes/s, default 32 KiB).
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+	MinBodyRate int           `yaml:"min_body_rate"`
+	Retries     int           `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
 
 	// Admission and fairness (see balancer.Config).
 	TTFTObjective          time.Duration `yaml:"ttft_objective"`           // SKYWALKER_TTFT_SLO: standard requests; default 10 s; 0 turns admission off
@@ -107,6 +113,7 @@ func DefaultConfig() Config {
 	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: cp.MaxWANRTT, ClusterLabel: "skywalker",
 		MeshPreset: "wan", GossipBudget: mesh.DefaultGossipBudget, Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
+		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
 		DrainTimeout: 30 * time.Second, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
 		ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
@@ -288,6 +295,8 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	integer("SKYWALKER_MAX_QUEUE", &c.MaxQueue)
 	integer("SKYWALKER_GOSSIP_BUDGET", &c.GossipBudget)
 	integer("SKYWALKER_MAX_BODY_BYTES", &c.MaxBodyBytes)
+	integer("SKYWALKER_MIN_BODY_RATE", &c.MinBodyRate)
+	duration("SKYWALKER_BODY_TIMEOUT", &c.BodyTimeout)
 	integer("SKYWALKER_RETRIES", &c.Retries)
 	integer("SKYWALKER_EJECT_AFTER", &c.EjectAfter)
 	duration("SKYWALKER_MAX_WAIT", &c.MaxWait)
@@ -415,6 +424,7 @@ func (c *Config) Validate() error {
 		name string
 		v    int
 	}{{"max_in_flight", c.MaxInFlight}, {"max_queue", c.MaxQueue}, {"max_body_bytes", c.MaxBodyBytes}, {"eject_after", c.EjectAfter},
+		{"min_body_rate (SKYWALKER_MIN_BODY_RATE)", c.MinBodyRate},
 		{"replica_cache_tokens (SKYWALKER_REPLICA_CACHE_TOKENS)", c.ReplicaCacheTokens}, {"bytes_per_token (SKYWALKER_BYTES_PER_TOKEN)", c.BytesPerToken}} {
 		if f.v <= 0 {
 			bad(f.name, "must be positive")
@@ -454,7 +464,8 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"max_wait", c.MaxWait}, {"scrape_interval", c.ScrapeInterval}, {"resolve_interval", c.ResolveInterval}, {"drain_timeout", c.DrainTimeout}} {
+	}{{"max_wait", c.MaxWait}, {"scrape_interval", c.ScrapeInterval}, {"resolve_interval", c.ResolveInterval}, {"drain_timeout", c.DrainTimeout},
+		{"body_timeout (SKYWALKER_BODY_TIMEOUT)", c.BodyTimeout}} {
 		if f.v <= 0 {
 			bad(f.name, "must be positive")
 		}

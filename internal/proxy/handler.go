@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -28,23 +29,24 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		s.active.Add(1)
 		defer s.active.Done()
 		arrival := time.Now()
-		bufp := bodyPool.Get().(*[]byte)
-		body, err := request.ReadBodyInto(*bufp, r.Body, r.ContentLength, s.cfg.MaxBodyBytes)
+		bufp := bodyBuffers.get(r.ContentLength)
+		paced := pacedBody{body: r.Body, rc: http.NewResponseController(w), start: arrival,
+			grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate)}
+		req, body, err := request.ParseFrom(kind, &paced, r.ContentLength, *bufp,
+			request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes, BytesPerToken: s.cfg.BytesPerToken})
 		defer func() {
-			if cap(body) <= 1<<20 && body != nil {
-				*bufp = body[:0]
-			}
-			bodyPool.Put(bufp)
+			*bufp = body[:0]
+			bodyBuffers.put(bufp)
 		}()
 		if err != nil {
+			// Closed unread, the body is not drained at the client's pace
+			// before the answer: the connection closes after it instead.
+			_ = r.Body.Close()
 			s.reject(w, err, "bad_request")
 			return
 		}
-		req, err := request.Parse(kind, body, request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes, BytesPerToken: s.cfg.BytesPerToken})
-		if err == nil {
-			err = s.applyHeaders(req, r.Header)
-		}
-		if err != nil {
+		_ = paced.rc.SetReadDeadline(time.Time{}) // the body is in; the connection may idle again
+		if err := s.applyHeaders(req, r.Header); err != nil {
 			s.reject(w, err, "bad_request")
 			return
 		}
@@ -72,6 +74,26 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		}
 		s.serve(w, r, req, body)
 	}
+}
+
+// pacedBody enforces a least upload rate on a request body: each read must
+// end by start + grace + received/rate, so a client that stops sending, or
+// dribbles, is cut off (the parse fails with a 408) instead of holding a
+// goroutine and a buffer; one that keeps the rate is never hurried.
+type pacedBody struct {
+	body     io.Reader
+	rc       *http.ResponseController
+	start    time.Time
+	grace    time.Duration
+	rate     float64 // bytes per second
+	received int
+}
+
+func (p *pacedBody) Read(b []byte) (int, error) {
+	_ = p.rc.SetReadDeadline(p.start.Add(p.grace + time.Duration(float64(p.received)/p.rate*float64(time.Second))))
+	n, err := p.body.Read(b)
+	p.received += n
+	return n, err
 }
 
 // The headers a client steers its request with, besides the body's
@@ -106,8 +128,50 @@ func (s *Server) applyHeaders(req *request.Request, h http.Header) error {
 	return nil
 }
 
-// bodyPool recycles request body buffers (up to 1 MiB each).
-var bodyPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+// bodyBuffers recycles request body buffers in size classes, so that a
+// long-context body (400 KB, ~100k tokens) reads into a reused buffer of
+// its size instead of growing one by copies.
+var bodyBuffers = newSizedPool(4<<20, 64<<10, 256<<10, 1<<20)
+
+// sizedPool is a sync.Pool per buffer size class.
+type sizedPool struct {
+	sizes   []int // ascending
+	pools   []sync.Pool
+	maxKept int // a buffer grown beyond this is left to the collector
+}
+
+func newSizedPool(maxKept int, sizes ...int) *sizedPool {
+	p := &sizedPool{sizes: sizes, pools: make([]sync.Pool, len(sizes)), maxKept: maxKept}
+	for i, n := range sizes {
+		p.pools[i].New = func() any { b := make([]byte, 0, n); return &b }
+	}
+	return p
+}
+
+// get returns a buffer of the smallest class that holds a body of the
+// declared size (-1: unknown). A declaration is trusted up to the largest
+// class only: beyond it the buffer grows with what arrives, so bodies that
+// are declared and never sent cost little.
+func (p *sizedPool) get(declared int64) *[]byte {
+	i := 0
+	for i < len(p.sizes)-1 && declared > int64(p.sizes[i]) {
+		i++
+	}
+	return p.pools[i].Get().(*[]byte)
+}
+
+// put returns a buffer to the largest class it can serve.
+func (p *sizedPool) put(b *[]byte) {
+	if cap(*b) > p.maxKept {
+		return
+	}
+	for i := len(p.sizes) - 1; i >= 0; i-- {
+		if cap(*b) >= p.sizes[i] {
+			p.pools[i].Put(b)
+			return
+		}
+	}
+}
 
 // serve relays one parsed request through the ReverseProxy and accounts
 // for how it ended.

@@ -7,6 +7,6 @@
 //
 // The router, the simulated engine and the simulator all count prompt tokens
 // and prefix blocks through this package, so they agree on what "the same
-// prefix" means. It does no I/O beyond reading a body it is handed and never
-// reads the clock.
+// prefix" means. It does no I/O beyond reading a body it is handed (as it
+// arrives, see ParseFrom) and never reads the clock.
 package request

@@ -1,8 +1,14 @@
 package request
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
+	"testing/iotest"
+	"unicode/utf8"
 
 	"skywalker/internal/apierr"
 )
@@ -30,6 +36,43 @@ func FuzzParse(f *testing.F) {
 		}
 		if req.PromptTokens < 0 || req.BlockTokens != 2 || req.CachedTokens(len(req.Blocks)) > req.PromptTokens {
 			t.Fatalf("inconsistent request: %+v", req)
+		}
+	})
+}
+
+// FuzzScannerAgreesWithEncodingJSON holds the scanner to RFC 8259: a value
+// is accepted exactly when encoding/json accepts it and it is UTF-8
+// (json.Valid checks the grammar only). It also proves that parsing as the
+// body arrives, a byte at a time, decides the same.
+func FuzzScannerAgreesWithEncodingJSON(f *testing.F) {
+	for _, v := range []string{`1`, `-0.5e+3`, `"a\u00e9\ud83d"`, `{"a":[true,false,null]}`, "\"\x00\"", "\"caf\xe9\"",
+		`[1,]`, `01`, `"\q"`, `{"a" 1}`, "\"\xed\xa0\x80\"", `tru`, `1.`, `[[[]]]`, " \t\n1 "} {
+		f.Add([]byte(v))
+	}
+	f.Fuzz(func(t *testing.T, value []byte) {
+		if bytes.Count(value, []byte("["))+bytes.Count(value, []byte("{")) > maxDepth-4 {
+			return // nesting beyond maxDepth is refused on purpose; encoding/json allows 10,000
+		}
+		body := append(append([]byte(`{"messages":[{"role":"user","content":"hi"}],"x":`), value...), '}')
+		_, err := Parse(Chat, body, Options{})
+		malformed := err != nil && strings.Contains(err.Error(), "malformed JSON")
+		if want := !(json.Valid(body) && utf8.Valid(body)); malformed != want {
+			t.Fatalf("%q: scanner malformed=%v (%v); encoding/json and utf8 say malformed=%v", body, malformed, err, want)
+		}
+		_, _, streamErr := ParseFrom(Chat, iotest.OneByteReader(bytes.NewReader(body)), -1, nil, Options{})
+		if fmt.Sprint(streamErr) != fmt.Sprint(err) {
+			t.Fatalf("%q: in memory %v, a byte at a time %v", body, err, streamErr)
+		}
+	})
+}
+
+// FuzzRuneLen holds the scanner's UTF-8 check to unicode/utf8.
+func FuzzRuneLen(f *testing.F) {
+	f.Add([]byte("\xe2\x80\x94"))
+	f.Add([]byte("\xf0\x9f\x98"))
+	f.Fuzz(func(t *testing.T, d []byte) {
+		if len(d) > 0 && d[0] >= 0x80 {
+			checkRuneLen(t, d)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 
@@ -55,48 +56,20 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// ReadBody reads a whole body, failing with a 413 *apierr.Error once it
-// exceeds limit bytes (limit <= 0 means DefaultMaxBodyBytes).
-func ReadBody(r io.Reader, limit int) ([]byte, error) {
-	return ReadBodyInto(nil, r, -1, limit)
-}
-
-// ReadBodyInto is ReadBody appending to buf (which may be reused from a
-// pool). A known Content-Length (size >= 0) sizes the buffer once and
-// rejects an oversized body before reading it.
-func ReadBodyInto(buf []byte, r io.Reader, size int64, limit int) ([]byte, error) {
-	if limit <= 0 {
-		limit = DefaultMaxBodyBytes
-	}
-	if size > int64(limit) {
-		return nil, tooLarge(limit)
-	}
-	if size >= 0 && cap(buf) < int(size)+1 {
-		buf = make([]byte, 0, size+1) // +1: room to see EOF without growing
-	}
-	buf = buf[:0]
-	lr := io.LimitReader(r, int64(limit)+1)
-	for {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
-		}
-		n, err := lr.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read request body: %w", err)
-		}
-	}
-	if len(buf) > limit {
-		return nil, tooLarge(limit)
-	}
-	return buf, nil
-}
-
 func tooLarge(limit int) *apierr.Error {
 	return apierr.New(apierr.BodyTooLarge, "request body exceeds the limit of %d bytes", limit)
+}
+
+// readError makes a failure to read the body client-visible: a deadline
+// is a 408, anything else (the client went away mid-body) a 400.
+func readError(err error) error {
+	if e, ok := apierr.As(err); ok {
+		return e
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return apierr.New(apierr.BodyTimeout, "the request body did not arrive in time: %v", err)
+	}
+	return apierr.Invalid("", "reading the request body: %v", err)
 }
 
 var renderPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
@@ -104,43 +77,82 @@ var renderPool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); retur
 // Parse reads an OpenAI request body for the given endpoint and returns the
 // Request it describes, with the whole prompt rendered canonically and
 // hashed into chained blocks. Every failure is an *apierr.Error: 413 for an
-// oversized body, 400 with the offending parameter for anything malformed.
+// oversized body, 400 with the offending parameter and byte offset for
+// anything malformed.
 func Parse(kind Kind, body []byte, opts Options) (*Request, error) {
 	opts = opts.withDefaults()
 	if len(body) > opts.MaxBodyBytes {
 		return nil, tooLarge(opts.MaxBodyBytes)
 	}
+	req, _, err := parse(kind, scanner{data: body}, len(body), opts)
+	return req, err
+}
+
+// ParseFrom reads a body from r and parses it as it arrives: each chunk is
+// scanned, rendered and hashed before the next is read, so the request is
+// ready microseconds after the body's last byte, and a body that turns out
+// malformed is refused at the offending byte without reading the rest.
+// The body is appended to buf[:0] (pass a pooled buffer; it grows with what
+// arrives, never with what was declared) and returned with the request.
+// size is the declared Content-Length, or -1: a declared size over the limit
+// is a 413 before anything is read. Read failures are client-visible too:
+// a deadline (see http.ResponseController.SetReadDeadline) is a 408.
+func ParseFrom(kind Kind, r io.Reader, size int64, buf []byte, opts Options) (*Request, []byte, error) {
+	opts = opts.withDefaults()
+	if size > int64(opts.MaxBodyBytes) {
+		return nil, buf[:0], tooLarge(opts.MaxBodyBytes)
+	}
+	hint := len(buf)
+	if size > 0 {
+		hint = int(size)
+	}
+	return parse(kind, scanner{data: buf[:0], src: r, limit: opts.MaxBodyBytes}, hint, opts)
+}
+
+// parse runs one parse over s; sizeHint (the body's size if known) only
+// sizes the block list.
+func parse(kind Kind, s scanner, sizeHint int, opts Options) (*Request, []byte, error) {
 	bufp := renderPool.Get().(*[]byte)
-	p := parser{s: scanner{data: body}, kind: kind, rendered: (*bufp)[:0]}
+	p := parser{s: s, kind: kind}
+	p.s.out = (*bufp)[:0]
+	p.s.chain = &p.chain
+	p.chain = blockChain{blockBytes: opts.BlockBytes, seed: opts.Seed, parent: opts.Seed,
+		blocks: make([]uint64, 0, sizeHint/opts.BlockBytes+1)}
 	err := p.parse()
-	rendered := p.rendered
+	rendered := p.s.out
 	defer func() {
 		if cap(rendered) <= 8<<20 { // don't pin huge buffers
 			*bufp = rendered[:0]
 			renderPool.Put(bufp)
 		}
 	}()
+	if rerr := p.s.readErr; rerr != nil && rerr != io.EOF {
+		return nil, p.s.data, readError(rerr) // the body never arrived whole: that, not the JSON, is the error
+	}
 	if err != nil {
 		var se *syntaxError
 		if errors.As(err, &se) {
-			return nil, apierr.Invalid("", "%v", se)
+			return nil, p.s.data, apierr.Invalid("", "%v", se)
 		}
-		return nil, err
+		return nil, p.s.data, err
 	}
 	req := &p.req
 	bpt := opts.BytesPerToken
 	req.PromptTokens = p.promptTokens + (len(rendered)-p.tokenBytes+bpt-1)/bpt
 	req.BlockTokens = max(opts.BlockBytes/bpt, 1)
-	req.Blocks = HashBlocks(make([]uint64, 0, len(rendered)/opts.BlockBytes), rendered, opts.BlockBytes, opts.Seed)
-	return req, nil
+	p.chain.hash(rendered)
+	req.Blocks = p.chain.blocks
+	body := p.s.data
+	p.s, p.chain = scanner{}, blockChain{} // the request must not pin the pooled buffers
+	return req, body, nil
 }
 
 // parser holds the state of one Parse call.
 type parser struct {
-	s        scanner
-	kind     Kind
-	req      Request
-	rendered []byte
+	s     scanner // s.out is the rendering
+	kind  Kind
+	req   Request
+	chain blockChain
 	// promptTokens counts tokens given as token ids (completions with an
 	// integer prompt); tokenBytes is how many rendered bytes those ids took,
 	// so they are not counted twice by the bytes-per-token estimate.
@@ -369,7 +381,35 @@ func (p *parser) metadata() error {
 	})
 }
 
-var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+// roles are the message roles the API knows.
+var roles = []string{"system", "developer", "user", "assistant", "tool", "function"}
+
+// role reads messages[i].role, returning one of roles (no allocation).
+func (p *parser) role(i int) (string, error) {
+	s := &p.s
+	param := func() string { return fmt.Sprintf("messages[%d].role", i) }
+	if s.peek() != '"' {
+		return "", apierr.Invalid(param(), "role must be a string, found %s", s.kind())
+	}
+	raw, escaped, err := s.rawString()
+	if err != nil {
+		return "", err
+	}
+	if escaped {
+		if raw, err = unescape(nil, raw); err != nil {
+			return "", s.fail("%v", err)
+		}
+	}
+	for _, r := range roles {
+		if string(raw) == r {
+			return r, nil
+		}
+	}
+	if len(raw) == 0 {
+		return "", apierr.Invalid(param(), "role is required")
+	}
+	return "", apierr.Invalid(param(), "unknown role %q", raw)
+}
 
 func (p *parser) messages() error {
 	s := &p.s
@@ -405,7 +445,7 @@ func (p *parser) message(i int) error {
 		var err error
 		switch string(key) {
 		case "role":
-			role, err = p.messageString(i, "role")
+			role, err = p.role(i)
 		case "name":
 			name, err = p.messageString(i, "name")
 		case "tool_call_id":
@@ -429,10 +469,7 @@ func (p *parser) message(i int) error {
 	if role == "" {
 		return apierr.Invalid(fmt.Sprintf("messages[%d].role", i), "role is required")
 	}
-	if !roles[role] {
-		return apierr.Invalid(fmt.Sprintf("messages[%d].role", i), "unknown role %q", role)
-	}
-	r := append(p.rendered, unitSep)
+	r := append(p.s.out, unitSep)
 	r = append(r, role...)
 	r = append(r, unitSep)
 	r = append(r, name...)
@@ -440,7 +477,7 @@ func (p *parser) message(i int) error {
 	r = append(r, toolCallID...)
 	r = append(r, unitSep)
 	r = append(r, toolCalls...)
-	p.rendered = append(r, recordSep)
+	p.s.out = append(r, recordSep)
 	return nil
 }
 
@@ -451,14 +488,14 @@ func (p *parser) content(i int) error {
 	switch s.peek() {
 	case '"':
 		var err error
-		p.rendered, err = s.appendString(p.rendered)
+		err = s.appendString()
 		return err
 	case 'n':
 		return s.literal("null")
 	case '[':
 		return s.array(func(j int) error {
 			if j > 0 {
-				p.rendered = append(p.rendered, '\n')
+				p.s.out = append(p.s.out, '\n')
 			}
 			return p.contentPart(i, j)
 		})
@@ -488,13 +525,13 @@ func (p *parser) contentPart(i, j int) error {
 				return apierr.Invalid(param("."+string(key)), "%s must be a string, found %s", key, s.kind())
 			}
 			var err error
-			p.rendered, err = s.appendString(p.rendered)
+			err = s.appendString()
 			return err
 		case "image_url", "input_audio", "file", "video_url":
 			// The media reference (URL or inline data) stands for the media:
 			// the same image gives the same blocks.
 			raw, err := s.rawValue()
-			p.rendered = append(p.rendered, raw...)
+			p.s.out = append(p.s.out, raw...)
 			return err
 		default:
 			return s.skip()
@@ -516,7 +553,7 @@ func (p *parser) prompt() error {
 	switch s.peek() {
 	case '"':
 		var err error
-		p.rendered, err = s.appendString(p.rendered)
+		err = s.appendString()
 		return err
 	case '[':
 		empty := true
@@ -525,10 +562,10 @@ func (p *parser) prompt() error {
 			switch s.peek() {
 			case '"':
 				if i > 0 {
-					p.rendered = append(p.rendered, recordSep)
+					p.s.out = append(p.s.out, recordSep)
 				}
 				var err error
-				p.rendered, err = s.appendString(p.rendered)
+				err = s.appendString()
 				return err
 			case '[':
 				return s.array(func(int) error { return p.tokenID(fmt.Sprintf("prompt[%d]", i)) })
@@ -560,9 +597,9 @@ func (p *parser) tokenID(param string) error {
 			return apierr.Invalid(param, "token ids must be non-negative integers")
 		}
 	}
-	before := len(p.rendered)
-	p.rendered = append(append(p.rendered, raw...), ',')
-	p.tokenBytes += len(p.rendered) - before
+	before := len(p.s.out)
+	p.s.out = append(append(p.s.out, raw...), ',')
+	p.tokenBytes += len(p.s.out) - before
 	p.promptTokens++
 	return nil
 }

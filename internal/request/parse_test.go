@@ -1,11 +1,17 @@
 package request
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
+	"unicode/utf8"
 
 	"skywalker/internal/apierr"
 )
@@ -170,6 +176,15 @@ func TestParseRejectsBadBodies(t *testing.T) {
 		{"negative token id", Completion, `{"prompt":[1,-2]}`, apierr.InvalidRequest, "prompt", "non-negative"},
 		{"prompt object", Completion, `{"prompt":{}}`, apierr.InvalidRequest, "prompt", "string or an array"},
 		{"too large", Chat, `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 200) + `"}]}`, apierr.BodyTooLarge, "", "exceeds"},
+		// RFC 8259: no raw control characters in any string, and UTF-8 only.
+		{"control byte in an unread key", Chat, "{\"messages\":[{\"role\":\"user\",\"\x00-as-raw-byte\":\"\"}]}", apierr.InvalidRequest, "", "at byte 29: control character 0x00"},
+		{"control byte in content", Chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\x1fb\"}]}", apierr.InvalidRequest, "", "control character 0x1f"},
+		{"invalid UTF-8 in content", Chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"caf\xe9\"}]}", apierr.InvalidRequest, "", "invalid UTF-8"},
+		{"invalid UTF-8 in a skipped value", Chat, "{\"x\":\"\xff\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", apierr.InvalidRequest, "", "at byte 6: invalid UTF-8"},
+		{"overlong UTF-8", Chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc0\xaf\"}]}", apierr.InvalidRequest, "", "invalid UTF-8"},
+		{"UTF-8 surrogate", Chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xed\xa0\x80\"}]}", apierr.InvalidRequest, "", "invalid UTF-8"},
+		{"truncated UTF-8", Chat, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xe2\x80\"}]}", apierr.InvalidRequest, "", "invalid UTF-8"},
+		{"invalid UTF-8 in role", Chat, "{\"messages\":[{\"role\":\"us\xffr\",\"content\":\"hi\"}]}", apierr.InvalidRequest, "", "invalid UTF-8"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,13 +224,121 @@ func TestParseAgreesWithEncodingJSONOnValidity(t *testing.T) {
 	}
 }
 
-func TestReadBodyEnforcesTheLimit(t *testing.T) {
-	if _, err := ReadBody(strings.NewReader("12345"), 5); err != nil {
-		t.Errorf("body at the limit: %v", err)
+// chunkReader hands out a body n bytes per Read and counts what it gave.
+type chunkReader struct {
+	body []byte
+	n    int
+	read int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if r.read == len(r.body) {
+		return 0, io.EOF
 	}
-	_, err := ReadBody(strings.NewReader("123456"), 5)
-	if e, ok := apierr.As(err); !ok || e.Status() != 413 {
-		t.Errorf("body over the limit: err = %v, want 413", err)
+	n := copy(p[:min(len(p), r.n)], r.body[r.read:])
+	r.read += n
+	return n, nil
+}
+
+func TestParseFromAgreesWithParseWhateverTheChunks(t *testing.T) {
+	fixture, err := os.ReadFile("testdata/chat_multipart.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := map[string][]byte{
+		"fixture":   fixture,
+		"long chat": chatBody(200 << 10),
+		"escapes and runes at every offset": []byte(`{"messages":[{"role":"user","content":"` +
+			strings.Repeat(`é\n\"😀\u00e9\ud83d\ude00—x`, 300) + `"}],"max_tokens":12,"x":[1.5e3,true,null]}`),
+		"malformed late": []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("a", 5000) + `"}],"x":tru}`),
+	}
+	for name, body := range bodies {
+		want, wantErr := Parse(Chat, body, Options{BlockBytes: 64})
+		for _, chunk := range []int{1, 7, 4096, 1 << 20} {
+			t.Run(fmt.Sprintf("%s/%dB", name, chunk), func(t *testing.T) {
+				got, read, err := ParseFrom(Chat, &chunkReader{body: body, n: chunk}, -1, nil, Options{BlockBytes: 64})
+				if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+					t.Fatalf("err = %v, Parse said %v", err, wantErr)
+				}
+				if err != nil {
+					return
+				}
+				if !bytes.Equal(read, body) {
+					t.Errorf("returned body of %d bytes differs from the %d sent", len(read), len(body))
+				}
+				if !slices.Equal(got.Blocks, want.Blocks) || got.PromptTokens != want.PromptTokens || got.MaxTokens != want.MaxTokens {
+					t.Errorf("streamed parse: %d blocks, %d tokens, max %d; in memory: %d, %d, %d",
+						len(got.Blocks), got.PromptTokens, got.MaxTokens, len(want.Blocks), want.PromptTokens, want.MaxTokens)
+				}
+			})
+		}
+	}
+}
+
+// A body that turns invalid after 300 KB is refused at the offending byte,
+// naming it, before the rest is read.
+func TestParseFromStopsAtTheFirstBadByte(t *testing.T) {
+	good := `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 300<<10)
+	body := []byte(good + "\x01" + strings.Repeat("b", 1<<20) + `"}]}`)
+	r := &chunkReader{body: body, n: 16 << 10}
+	_, _, err := ParseFrom(Chat, r, int64(len(body)), nil, Options{})
+	e, ok := apierr.As(err)
+	if !ok || e.Status() != 400 || !strings.Contains(e.Message, fmt.Sprintf("at byte %d: control character 0x01", len(good))) {
+		t.Fatalf("err = %v, want a 400 naming byte %d", err, len(good))
+	}
+	if r.read > len(good)+64<<10 {
+		t.Errorf("read %d of %d bytes; the parse should stop within a chunk of byte %d", r.read, len(body), len(good))
+	}
+}
+
+func TestParseFromTurnsReadFailuresIntoClientErrors(t *testing.T) {
+	body := `{"messages":[{"role":"user","content":"hi"}]}`
+	tests := []struct {
+		name   string
+		r      io.Reader
+		size   int64
+		limit  int
+		status int
+		text   string
+	}{
+		{"read deadline", io.MultiReader(strings.NewReader(body[:20]), iotest.ErrReader(os.ErrDeadlineExceeded)), -1, 0, 408, "did not arrive in time"},
+		{"client gone", io.MultiReader(strings.NewReader(body[:20]), iotest.ErrReader(io.ErrUnexpectedEOF)), -1, 0, 400, "reading the request body"},
+		{"over the limit", strings.NewReader(body), -1, 30, 413, "exceeds"},
+		{"declared over the limit", iotest.ErrReader(errors.New("must not be read")), 1 << 30, 1 << 20, 413, "exceeds"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := ParseFrom(Chat, tc.r, tc.size, nil, Options{MaxBodyBytes: tc.limit})
+			e, ok := apierr.As(err)
+			if !ok || e.Status() != tc.status || !strings.Contains(e.Message, tc.text) {
+				t.Errorf("err = %v, want %d containing %q", err, tc.status, tc.text)
+			}
+		})
+	}
+}
+
+func TestRuneLenAgreesWithUTF8(t *testing.T) {
+	// Every lead byte with every second byte, and the continuations that
+	// decide 3- and 4-byte forms.
+	for lead := 0x80; lead <= 0xff; lead++ {
+		for second := 0; second <= 0xff; second++ {
+			for _, tail := range [][]byte{{0x80, 0x80}, {0xbf, 0xbf}, {0x41, 0x80}, {0x80, 0x41}, {}} {
+				d := append([]byte{byte(lead), byte(second)}, tail...)
+				checkRuneLen(t, d)
+			}
+		}
+	}
+}
+
+func checkRuneLen(t *testing.T, d []byte) {
+	t.Helper()
+	r, n := utf8.DecodeRune(d)
+	want := n
+	if r == utf8.RuneError && n <= 1 {
+		want = 0
+	}
+	if got := runeLen(d); got != want {
+		t.Fatalf("runeLen(% x) = %d, utf8.DecodeRune says %d", d, got, want)
 	}
 }
 

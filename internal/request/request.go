@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/zeebo/xxh3"
 )
 
 // BytesPerToken is the estimate of prompt bytes per token used when a body's
@@ -115,8 +116,10 @@ func ChainBlockID(parent, id, seed uint64) uint64 {
 	return chainHash(parent, seed, buf[:])
 }
 
-// chainHash hashes one block together with its parent's hash: the parent is
-// folded into the xxhash64 seed, so the result stands for the whole prefix.
+// chainHash extends a chain of trace block ids: the parent is folded into
+// the xxhash64 seed, so the result stands for the whole prefix. (Rendered
+// bytes are chained with XXH3 instead, see blockChain; ids are 8 bytes,
+// where XXH3 gains nothing, and every simulated result depends on them.)
 func chainHash(parent, seed uint64, block []byte) uint64 {
 	var d xxhash.Digest
 	d.ResetWithSeed(parent ^ seed)
@@ -124,16 +127,35 @@ func chainHash(parent, seed uint64, block []byte) uint64 {
 	return d.Sum64()
 }
 
-// HashBlocks cuts rendered prompt bytes into blockBytes-sized blocks and
-// appends the chained hash of every complete block to dst.
-func HashBlocks(dst []uint64, rendered []byte, blockBytes int, seed uint64) []uint64 {
-	parent := seed
-	for len(rendered) >= blockBytes {
-		parent = chainHash(parent, seed, rendered[:blockBytes])
-		dst = append(dst, parent)
-		rendered = rendered[blockBytes:]
+// blockChain hashes a rendering into chained blocks as it grows: each
+// complete block is hashed with XXH3, and that hash with XXH3 seeded by the
+// parent's hash (and the chain's seed), so a block's hash stands for the
+// whole prompt up to it.
+type blockChain struct {
+	blockBytes   int
+	seed, parent uint64
+	hashed       int // bytes of the rendering already hashed
+	blocks       []uint64
+}
+
+// hash appends the hashes of the blocks rendered has completed since the
+// last call; rendered must extend what was passed before.
+func (c *blockChain) hash(rendered []byte) {
+	for len(rendered)-c.hashed >= c.blockBytes {
+		var h [8]byte // the block's own hash, then chained: a seeded XXH3 over 8 bytes is cheap, over a block it is not
+		binary.LittleEndian.PutUint64(h[:], xxh3.Hash(rendered[c.hashed:c.hashed+c.blockBytes]))
+		c.parent = xxh3.HashSeed(h[:], c.parent^c.seed)
+		c.blocks = append(c.blocks, c.parent)
+		c.hashed += c.blockBytes
 	}
-	return dst
+}
+
+// HashBlocks cuts rendered prompt bytes into blockBytes-sized blocks and
+// appends the chained hash of every complete block to dst, as Parse does.
+func HashBlocks(dst []uint64, rendered []byte, blockBytes int, seed uint64) []uint64 {
+	c := blockChain{blockBytes: blockBytes, seed: seed, parent: seed, blocks: dst}
+	c.hash(rendered)
+	return c.blocks
 }
 
 // RewriteModel returns body with the request's model replaced by model

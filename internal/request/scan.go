@@ -4,29 +4,42 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"math/bits"
+	"slices"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
 )
 
-// scanner walks a JSON document in place, without building a tree. It is
-// what lets the proxy parse, render and hash a 400 KB chat body in well under
-// a millisecond: string bodies are located with bytes.IndexByte (vectorized)
-// and copied, never decoded rune by rune unless they contain escapes.
+// scanner walks a JSON document in place, without building a tree, while
+// the document arrives: when it runs out of bytes it reads the next chunk
+// from src (see more), so a body is parsed, rendered and hashed as it is
+// received and routing can start microseconds after its last byte.
 //
-// The scanner checks the grammar of everything it visits, including values it
-// skips. It is lenient in one documented way: raw control characters and
-// invalid UTF-8 inside strings are passed through rather than rejected; the
-// engine behind the proxy validates those.
+// It is strict: it rejects what RFC 8259 rejects, including raw control
+// characters in strings and invalid UTF-8 (FuzzScannerAgreesWithEncodingJSON
+// holds it to encoding/json's grammar). Strings are walked eight bytes at a
+// time (see stopMask) and the rendering is written a word at a time with
+// them, so plain runs cost neither a call nor a copy of their own.
 type scanner struct {
-	data  []byte
+	data  []byte // what has arrived; data[pos:] is still to be scanned
 	pos   int
 	depth int
+
+	src     io.Reader // nil when data is the whole document
+	limit   int       // most bytes src may supply
+	readErr error     // sticky: io.EOF once src has ended, or why reading failed
+
+	out   []byte      // the canonical rendering, appended to as strings are decoded
+	chain *blockChain // hashes complete blocks of out before each read; may be nil
 }
 
 // maxDepth bounds nesting so hostile input cannot exhaust the stack.
 const maxDepth = 64
+
+// readChunk is the least spare room more reads into.
+const readChunk = 32 << 10
 
 // syntaxError is a malformed-JSON error with the byte offset where it was found.
 type syntaxError struct {
@@ -42,12 +55,59 @@ func (s *scanner) fail(format string, args ...any) error {
 	return &syntaxError{offset: s.pos, msg: fmt.Sprintf(format, args...)}
 }
 
+// more reads the next chunk of the document into data and reports whether
+// any bytes arrived; false means the document has ended (readErr is io.EOF)
+// or cannot be read (readErr says why). Before it blocks it hashes the
+// blocks the rendering has completed, so hashing keeps pace with arrival.
+func (s *scanner) more() bool {
+	if s.src == nil || s.readErr != nil {
+		return false
+	}
+	if s.chain != nil {
+		s.chain.hash(s.out)
+	}
+	for {
+		if cap(s.data)-len(s.data) < readChunk {
+			s.data = slices.Grow(s.data, max(readChunk, cap(s.data))) // doubles: a body costs what arrived, not what it declared
+		}
+		room := min(cap(s.data), s.limit+1) // one byte past the limit tells an oversized body
+		n, err := s.src.Read(s.data[len(s.data):room])
+		s.data = s.data[:len(s.data)+n]
+		if len(s.data) > s.limit {
+			s.readErr = tooLarge(s.limit)
+			return false
+		}
+		if err != nil {
+			s.readErr = err
+			return n > 0
+		}
+		if n > 0 {
+			return true
+		}
+	}
+}
+
+// avail makes at least n bytes from pos available if the document has them.
+func (s *scanner) avail(n int) bool {
+	for len(s.data)-s.pos < n {
+		if !s.more() {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *scanner) skipSpace() {
-	for s.pos < len(s.data) {
-		switch s.data[s.pos] {
-		case ' ', '\t', '\n', '\r':
-			s.pos++
-		default:
+	for {
+		for s.pos < len(s.data) {
+			switch s.data[s.pos] {
+			case ' ', '\t', '\n', '\r':
+				s.pos++
+			default:
+				return
+			}
+		}
+		if !s.more() {
 			return
 		}
 	}
@@ -99,74 +159,170 @@ func (s *scanner) kind() string {
 	}
 }
 
-// rawString consumes a string and returns the bytes between its quotes,
-// escapes not decoded, and whether it contains any escape.
+// rawString consumes a string, checking it, and returns the bytes between
+// its quotes, escapes not decoded, and whether it contains any escape. The
+// bytes stay valid after later reads (data only ever grows).
 func (s *scanner) rawString() ([]byte, bool, error) {
+	return s.scanString(false)
+}
+
+// appendString consumes a string and appends its decoded value to the
+// rendering.
+func (s *scanner) appendString() error {
+	_, _, err := s.scanString(true)
+	return err
+}
+
+// scanString consumes a string, rejecting raw control characters, invalid
+// escapes and invalid UTF-8, and returns its body as written and whether it
+// holds an escape; with render, the decoded value is appended to out.
+//
+// The string is walked a word at a time: every word is stored into out's
+// spare room before it is tested, so a word without a stop byte (see
+// stopMask) is rendered by moving out's length on.
+func (s *scanner) scanString(render bool) ([]byte, bool, error) {
 	if err := s.expect('"'); err != nil {
 		return nil, false, err
 	}
-	start := s.pos
-	i := start
+	start, i := s.pos, s.pos
+	escaped := false
+	d, out := s.data, s.out // locals: the word loop keeps them in registers
 	for {
-		q := bytes.IndexByte(s.data[i:], '"')
-		if q < 0 {
-			s.pos = len(s.data)
-			return nil, false, s.fail("unterminated string")
+		if render && cap(out)-len(out) < len(d)-i+8 {
+			out = slices.Grow(out, len(d)-i+8) // the decoded value is never longer than the rest
 		}
-		q += i
-		backslashes := 0
-		for j := q - 1; j >= start && s.data[j] == '\\'; j-- {
-			backslashes++
+		if render {
+			n := copyPlain(out[len(out):cap(out)], d[i:])
+			out, i = out[:len(out)+n], i+n
+		} else {
+			i += plainLen(d[i:])
 		}
-		if backslashes%2 == 0 {
-			raw := s.data[start:q]
-			s.pos = q + 1
-			return raw, bytes.IndexByte(raw, '\\') >= 0, nil
+		for i < len(d) && !isStop(d[i]) { // the tail shorter than a word
+			if render {
+				out = append(out, d[i])
+			}
+			i++
 		}
-		i = q + 1
-	}
-}
-
-// appendString consumes a string and appends its decoded value to dst.
-// The string is walked eight bytes at a time (see nextSpecial); runs
-// without escapes are copied whole.
-func (s *scanner) appendString(dst []byte) ([]byte, error) {
-	if err := s.expect('"'); err != nil {
-		return dst, err
-	}
-	d := s.data
-	i := s.pos
-	for {
-		j := nextSpecial(d, i)
-		if j < 0 {
-			s.pos = len(d)
-			return dst, s.fail("unterminated string")
+		if i == len(d) {
+			s.out = out
+			if !s.more() {
+				s.pos = i
+				return nil, false, s.fail("unterminated string")
+			}
+			d, out = s.data, s.out
+			continue
 		}
-		dst = append(dst, d[i:j]...)
-		switch c := d[j]; {
-		case c == '"':
-			s.pos = j + 1
-			return dst, nil
+		c := d[i]
+		if c == '"' {
+			s.pos, s.out = i+1, out
+			return d[start:i], escaped, nil
+		}
+		if i+12 > len(d) { // an escape or a rune may straddle the chunk's end
+			s.pos, s.out = i, out
+			s.avail(12)
+			d, out = s.data, s.out
+		}
+		switch {
 		case c == '\\':
-			if j+1 < len(d) { // the common one-byte escapes, inline
-				if e := simpleEscape[d[j+1]]; e != 0 {
-					dst = append(dst, e)
-					i = j + 2
+			escaped = true
+			if i+1 < len(d) {
+				if e := simpleEscape[d[i+1]]; e != 0 {
+					if render {
+						out = append(out, e)
+					}
+					i += 2
 					continue
 				}
 			}
+			before := len(out)
 			var n int
 			var err error
-			if dst, n, err = unescapeOne(dst, d[j:]); err != nil {
-				s.pos = j
-				return dst, s.fail("%v", err)
+			if out, n, err = unescapeOne(out, d[i:]); err != nil {
+				s.pos, s.out = i, out
+				return nil, false, s.fail("%v", err)
 			}
-			i = j + n
-		default:
-			s.pos = j
-			return dst, s.fail("control character %#02x in string", c)
+			if !render {
+				out = out[:before]
+			}
+			i += n
+		case c < 0x20:
+			s.pos, s.out = i, out
+			return nil, false, s.fail("control character %#02x in string", c)
+		default: // the first byte of a multi-byte UTF-8 sequence
+			n := runeLen(d[i:])
+			if n == 0 {
+				s.pos, s.out = i, out
+				return nil, false, s.fail("invalid UTF-8 in string")
+			}
+			if render {
+				out = append(out, d[i:i+n]...)
+			}
+			i += n
 		}
 	}
+}
+
+// copyPlain copies the words of src into dst (which must have room for
+// src) up to the first word with a stop byte, and returns how many bytes
+// before that stop were plain. Each word is stored before it is tested: a
+// word without a stop costs no branch of its own and no separate copy.
+func copyPlain(dst, src []byte) int {
+	n := 0
+	for len(src) >= 8 && len(dst) >= 8 {
+		v := binary.LittleEndian.Uint64(src)
+		binary.LittleEndian.PutUint64(dst, v)
+		if m := stopMask(v); m != 0 {
+			return n + bits.TrailingZeros64(m)>>3
+		}
+		src, dst, n = src[8:], dst[8:], n+8
+	}
+	return n
+}
+
+// plainLen is copyPlain without the copy.
+func plainLen(src []byte) int {
+	n := 0
+	for len(src) >= 8 {
+		if m := stopMask(binary.LittleEndian.Uint64(src)); m != 0 {
+			return n + bits.TrailingZeros64(m)>>3
+		}
+		src, n = src[8:], n+8
+	}
+	return n
+}
+
+// runeLen returns the length of the valid UTF-8 sequence at the start of d,
+// whose first byte is not ASCII, or 0 if it is not valid UTF-8 (overlong
+// forms and surrogates included), as utf8.DecodeRune decides.
+func runeLen(d []byte) int {
+	c := d[0]
+	switch {
+	case c >= 0xc2 && c <= 0xdf:
+		if len(d) >= 2 && d[1]&0xc0 == 0x80 {
+			return 2
+		}
+	case c >= 0xe0 && c <= 0xef:
+		lo, hi := byte(0x80), byte(0xbf)
+		if c == 0xe0 {
+			lo = 0xa0
+		} else if c == 0xed {
+			hi = 0x9f
+		}
+		if len(d) >= 3 && d[1] >= lo && d[1] <= hi && d[2]&0xc0 == 0x80 {
+			return 3
+		}
+	case c >= 0xf0 && c <= 0xf4:
+		lo, hi := byte(0x80), byte(0xbf)
+		if c == 0xf0 {
+			lo = 0x90
+		} else if c == 0xf4 {
+			hi = 0x8f
+		}
+		if len(d) >= 4 && d[1] >= lo && d[1] <= hi && d[2]&0xc0 == 0x80 && d[3]&0xc0 == 0x80 {
+			return 4
+		}
+	}
+	return 0
 }
 
 // simpleEscape maps the byte after a backslash to the byte it stands for,
@@ -178,40 +334,18 @@ const (
 	swarHigh = 0x8080808080808080
 )
 
-// specialMask marks (high bit of the byte) the quote, backslash and control
-// bytes of the 8-byte word v; only the lowest mark is guaranteed exact.
-func specialMask(v uint64) uint64 {
+// stopMask marks (the high bit of the byte) where the 8-byte word v stops a
+// plain run of string bytes: a quote, a backslash, a control byte (below
+// 0x20) or a non-ASCII byte (the start of UTF-8 to check). Only the lowest
+// mark is exact: a borrow can mark a byte above it.
+func stopMask(v uint64) uint64 {
 	q := v ^ (swarOnes * '"')
 	b := v ^ (swarOnes * '\\')
-	return (((q - swarOnes) &^ q) | ((b - swarOnes) &^ b) | ((v - swarOnes*0x20) &^ v)) & swarHigh
+	return ((v - swarOnes*0x20) | v | ((q - swarOnes) &^ q) | ((b - swarOnes) &^ b)) & swarHigh
 }
 
-// nextSpecial returns the index of the first byte at or after i that ends a
-// run of plain string bytes: a quote, a backslash or a control character
-// (below 0x20), or -1 if there is none. It tests eight bytes per step with
-// SWAR arithmetic: (x - 0x01..) &^ x & 0x80.. marks the zero bytes of x, and
-// the lowest mark is exact.
-func nextSpecial(d []byte, i int) int {
-	for ; i+16 <= len(d); i += 16 {
-		if m := specialMask(binary.LittleEndian.Uint64(d[i:])); m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
-		if m := specialMask(binary.LittleEndian.Uint64(d[i+8:])); m != 0 {
-			return i + 8 + bits.TrailingZeros64(m)/8
-		}
-	}
-	for ; i+8 <= len(d); i += 8 {
-		if m := specialMask(binary.LittleEndian.Uint64(d[i:])); m != 0 {
-			return i + bits.TrailingZeros64(m)/8
-		}
-	}
-	for ; i < len(d); i++ {
-		if c := d[i]; c == '"' || c == '\\' || c < 0x20 {
-			return i
-		}
-	}
-	return -1
-}
+// isStop is stopMask for one byte.
+func isStop(c byte) bool { return c == '"' || c == '\\' || c < 0x20 || c >= 0x80 }
 
 // str consumes a string and returns its decoded value.
 func (s *scanner) str() (string, error) {
@@ -274,31 +408,6 @@ func unescapeOne(dst, raw []byte) ([]byte, int, error) {
 	}
 }
 
-// validEscapes checks every escape in a string body without decoding it.
-func validEscapes(raw []byte) error {
-	for {
-		b := bytes.IndexByte(raw, '\\')
-		if b < 0 {
-			return nil
-		}
-		raw = raw[b:]
-		if len(raw) < 2 {
-			return fmt.Errorf("truncated escape")
-		}
-		switch raw[1] {
-		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			raw = raw[2:]
-		case 'u':
-			if _, ok := hex4(raw); !ok {
-				return fmt.Errorf("invalid \\u escape")
-			}
-			raw = raw[6:]
-		default:
-			return fmt.Errorf("invalid escape \\%c", raw[1])
-		}
-	}
-}
-
 // decodeU decodes \uXXXX (and a following low surrogate) at the start of raw.
 func decodeU(raw []byte) (rune, int, error) {
 	r1, ok := hex4(raw)
@@ -338,39 +447,48 @@ func hex4(raw []byte) (rune, bool) {
 	return r, true
 }
 
+// at returns the document's byte at index i, reading on if it has not
+// arrived yet, or -1 past the end.
+func (s *scanner) at(i int) int {
+	for i >= len(s.data) {
+		if !s.more() {
+			return -1
+		}
+	}
+	return int(s.data[i])
+}
+
 // number consumes a number and returns its text, checked against the JSON grammar.
 func (s *scanner) number() ([]byte, error) {
 	s.skipSpace()
-	start := s.pos
-	d := s.data
-	i := s.pos
-	if i < len(d) && d[i] == '-' {
-		i++
-	}
+	start, i := s.pos, s.pos
 	digits := func() int {
 		n := 0
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+		for c := s.at(i); c >= '0' && c <= '9'; c = s.at(i) {
 			i++
 			n++
 		}
 		return n
 	}
-	if i < len(d) && d[i] == '0' {
+	if s.at(i) == '-' {
+		i++
+	}
+	if s.at(i) == '0' {
 		i++
 	} else if digits() == 0 {
 		s.pos = i
 		return nil, s.fail("invalid number")
 	}
-	if i < len(d) && d[i] == '.' {
+	if s.at(i) == '.' {
 		i++
 		if digits() == 0 {
 			s.pos = i
 			return nil, s.fail("invalid number: no digits after '.'")
 		}
 	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
+	if c := s.at(i); c == 'e' || c == 'E' {
 		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
+		if c := s.at(i); c == '+' || c == '-' {
 			i++
 		}
 		if digits() == 0 {
@@ -379,12 +497,13 @@ func (s *scanner) number() ([]byte, error) {
 		}
 	}
 	s.pos = i
-	return d[start:i], nil
+	return s.data[start:i], nil
 }
 
 // literal consumes true, false or null.
 func (s *scanner) literal(word string) error {
 	s.skipSpace()
+	s.avail(len(word))
 	if !bytes.HasPrefix(s.data[s.pos:], []byte(word)) {
 		return s.fail("invalid literal, want %s", word)
 	}
@@ -425,13 +544,7 @@ func (s *scanner) integer() (int, bool) {
 func (s *scanner) skip() error {
 	switch s.peek() {
 	case '"':
-		at := s.pos
-		raw, escaped, err := s.rawString()
-		if err == nil && escaped {
-			if err = validEscapes(raw); err != nil {
-				return &syntaxError{offset: at, msg: err.Error()}
-			}
-		}
+		_, _, err := s.rawString()
 		return err
 	case '{':
 		return s.object(func([]byte) error { return s.skip() })

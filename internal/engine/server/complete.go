@@ -14,12 +14,7 @@ import (
 
 // complete serves /v1/chat/completions and /v1/completions.
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.Kind) {
-	body, err := request.ReadBody(r.Body, s.cfg.MaxBodyBytes)
-	if err != nil {
-		apierr.Write(w, err)
-		return
-	}
-	req, err := request.Parse(kind, body, s.cfg.Parse)
+	req, _, err := request.ParseFrom(kind, r.Body, r.ContentLength, nil, s.cfg.Parse)
 	if err != nil {
 		apierr.Write(w, err)
 		return

@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// serveOne starts one proxy in front of the given replicas, with the
+// defaults changed by tune, and returns its address (host:port).
+func serveOne(tb testing.TB, replicas []string, tune func(*Config)) string {
+	tb.Helper()
+	cfg := DefaultConfig()
+	cfg.Region, cfg.WorkerPool, cfg.Listen = "solo", replicas, "127.0.0.1:0"
+	if tune != nil {
+		tune(&cfg)
+	}
+	srv, err := New(cfg, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	tb.Cleanup(cancel)
+	if err := srv.Start(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ctx, l) }()
+	return l.Addr().String()
+}
+
+// countingBackend answers every request with a small completion and counts
+// the requests that reached it.
+func countingBackend(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	var n atomic.Int64
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			n.Add(1)
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`))
+	}))
+	t.Cleanup(b.Close)
+	return b, &n
+}
+
+// readResponse reads one HTTP response from conn within a generous deadline.
+func readResponse(t *testing.T, conn net.Conn) (*http.Response, string) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no response from the proxy within 30 s: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(body)
+}
+
+// A body dribbled at 1 byte per 100 ms is cut off at its deadline with a
+// 408: the proxy's goroutine and buffer are freed and nothing goes upstream.
+func TestASlowBodyIsCutOffAtItsDeadline(t *testing.T) {
+	backend, upstream := countingBackend(t)
+	addr := serveOne(t, []string{backend.URL}, func(c *Config) { c.BodyTimeout, c.MinBodyRate = 500*time.Millisecond, 1<<10 })
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n")
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for _, c := range []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("a", 1000)) {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			if _, err := conn.Write([]byte{c}); err != nil {
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	resp, body := readResponse(t, conn)
+	if resp.StatusCode != 408 || !strings.Contains(body, "did not arrive in time") {
+		t.Fatalf("status %d %s, want 408 saying the body did not arrive in time", resp.StatusCode, body)
+	}
+	if waited := time.Since(start); waited > 15*time.Second {
+		t.Errorf("cut off after %v; the deadline was 0.5 s + 1 s per KiB received", waited)
+	}
+	if n := upstream.Load(); n != 0 {
+		t.Errorf("%d requests reached the replica; a body that never arrived must not", n)
+	}
+}
+
+// A body that turns invalid after 300 KB is a 400 naming the byte, sent
+// before the client has finished, and nothing reaches the replica.
+func TestABodyInvalidAfter300KBIsRefusedAtThatByte(t *testing.T) {
+	backend, upstream := countingBackend(t)
+	addr := serveOne(t, []string{backend.URL}, nil)
+	good := `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 300<<10)
+	rest := strings.Repeat("b", 4<<20) + `"}]}`
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go func() {
+		fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s\x01", len(good)+1+len(rest), good)
+		_, _ = io.WriteString(conn, rest) // fails once the proxy has answered and closed
+	}()
+	resp, body := readResponse(t, conn)
+	if want := fmt.Sprintf("at byte %d: control character 0x01", len(good)); resp.StatusCode != 400 || !strings.Contains(body, want) {
+		t.Fatalf("status %d %s, want 400 containing %q", resp.StatusCode, body, want)
+	}
+	if n := upstream.Load(); n != 0 {
+		t.Errorf("%d requests reached the replica", n)
+	}
+}
