@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
@@ -188,6 +189,12 @@ func TestEveryExampleRendersToValidObjectsTheBinaryAccepts(t *testing.T) {
 				}
 				if cfg.Region != values["region"] || cfg.Listen != ":9000" || cfg.GossipBind != ":7946" || len(cfg.GossipKeys) != 1 {
 					t.Errorf("%s: region %q, listen %s, gossip %s, %d keys", d.Name, cfg.Region, cfg.Listen, cfg.GossipBind, len(cfg.GossipKeys))
+				}
+				if ctr.Lifecycle == nil || ctr.Lifecycle.PreStop == nil || ctr.Lifecycle.PreStop.Sleep == nil {
+					t.Errorf("%s: no preStop sleep: the pod would get SIGTERM while still in the Service's endpoints", d.Name)
+				} else if grace, need := time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second,
+					time.Duration(ctr.Lifecycle.PreStop.Sleep.Seconds)*time.Second+cfg.DrainTimeout; grace <= need {
+					t.Errorf("%s: terminationGracePeriodSeconds %v, but preStop + drain take %v: the kubelet would kill the drain", d.Name, grace, need)
 				}
 				if !selectedByService(objs.services, pod.Labels, "http") {
 					t.Errorf("%s: no Service sends clients to it", d.Name)

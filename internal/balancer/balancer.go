@@ -422,6 +422,19 @@ func (b *Balancer) Expire(now time.Time, env Env) int {
 	return n
 }
 
+// Flush removes every held request, delivering each the error e (a
+// shutdown answers what it cannot serve: 503 and a Retry-After), and
+// returns how many left.
+func (b *Balancer) Flush(now time.Time, env Env, e *apierr.Error) int {
+	n := len(b.queue)
+	for len(b.queue) > 0 {
+		h := b.queue[0]
+		b.remove(0, false)
+		env.Deliver(Outcome{Request: h.req, Waited: now.Sub(h.since), Err: e})
+	}
+	return n
+}
+
 // NextDeadline returns the earliest time a held request must leave (its
 // objective or its deadline), so the driver can schedule a timer to call
 // Expire; ok is false when none is held.

@@ -11,11 +11,45 @@ import (
 	"time"
 )
 
-// Run serves handler on l until ctx ends; then it calls onDrain (if not
-// nil), stops accepting, and waits up to drain for requests in flight,
-// closing whatever remains after that.
-func Run(ctx context.Context, l net.Listener, handler http.Handler, drain time.Duration, onDrain func()) error {
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+// Options say how Run serves and drains; the zero value is usable.
+type Options struct {
+	// IdleTimeout closes keep-alive connections idle this long; default
+	// DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// Drain is how long requests in flight may take to finish once ctx
+	// ends; default 5 s.
+	Drain time.Duration
+	// Begin runs when draining starts, before the listener closes: stop
+	// admitting, announce it.
+	Begin func()
+	// Expire runs Grace before Drain ends, so that what cannot finish in
+	// time is answered (say, 503 and a Retry-After) rather than cut off.
+	Expire func()
+	// Grace is how long before the end of Drain Expire runs; default a
+	// fifth of Drain, at least a second (or half of a shorter Drain: the
+	// server notices idle connections only every half second) and at most
+	// 2 s.
+	Grace time.Duration
+}
+
+// DefaultIdleTimeout is how long an idle keep-alive connection is kept.
+const DefaultIdleTimeout = 60 * time.Second
+
+// Run serves handler on l until ctx ends; then it drains as o says: it
+// calls Begin, stops accepting, waits for the requests in flight, calls
+// Expire Grace before the drain deadline, and closes whatever remains at
+// the deadline.
+func Run(ctx context.Context, l net.Listener, handler http.Handler, o Options) error {
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.Drain <= 0 {
+		o.Drain = 5 * time.Second
+	}
+	if o.Grace <= 0 {
+		o.Grace = min(max(o.Drain/5, min(o.Drain/2, time.Second)), 2*time.Second)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: o.IdleTimeout}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(l) }()
 	select {
@@ -23,10 +57,14 @@ func Run(ctx context.Context, l net.Listener, handler http.Handler, drain time.D
 		return err
 	case <-ctx.Done():
 	}
-	if onDrain != nil {
-		onDrain()
+	if o.Begin != nil {
+		o.Begin()
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), drain)
+	if o.Expire != nil {
+		expire := time.AfterFunc(o.Drain-o.Grace, o.Expire)
+		defer expire.Stop()
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), o.Drain)
 	defer cancel()
 	if err := hs.Shutdown(shutdown); err != nil {
 		_ = hs.Close()

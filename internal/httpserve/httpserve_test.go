@@ -24,7 +24,9 @@ func TestRunDrainsInFlightRequestsThenReturns(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var drained atomic.Bool
 	errc := make(chan error, 1)
-	go func() { errc <- Run(ctx, l, handler, 5*time.Second, func() { drained.Store(true) }) }()
+	go func() {
+		errc <- Run(ctx, l, handler, Options{Drain: 5 * time.Second, Begin: func() { drained.Store(true) }})
+	}()
 	body := make(chan string, 1)
 	go func() {
 		resp, err := http.Get("http://" + l.Addr().String())

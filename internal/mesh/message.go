@@ -17,10 +17,15 @@ import (
 // panics (FuzzDecode).
 const (
 	// wireVersion 2 added QueuedTokens, Offloading and PrefillTokens to
-	// load summaries;
-	// version 1 messages are still read (those fields zero).
-	wireVersion    = 2
+	// load summaries; version 3 a flags field (flagDraining). A load
+	// summary is sent as version 2 unless it has a flag to carry, so that
+	// nodes of the previous release keep reading it; they refuse a
+	// draining node's version 3 summary, which to them is the same as the
+	// node falling silent. Versions 1 and 2 are still read (the fields
+	// they lack zero).
+	wireVersion    = 3
 	minWireVersion = 1
+	flagDraining   = 1 << 0
 
 	msgLoad   = 1 // a node's load summary
 	msgDigest = 2 // a node's full prefix digest
@@ -65,7 +70,10 @@ type bitsMsg struct {
 
 type writer struct{ b []byte }
 
-func (w *writer) header(typ byte) { w.b = append(w.b, 'S', 'W', wireVersion, typ) }
+func (w *writer) header(typ byte) { w.headerVersion(typ, wireVersion) }
+func (w *writer) headerVersion(typ, version byte) {
+	w.b = append(w.b, 'S', 'W', version, typ)
+}
 func (w *writer) str(s string) {
 	if len(s) > 255 {
 		s = s[:255]
@@ -78,7 +86,15 @@ func (w *writer) u64(v uint64)     { w.b = binary.LittleEndian.AppendUint64(w.b,
 
 func encodeLoad(m loadMsg) []byte {
 	w := writer{b: make([]byte, 0, 96)}
-	w.header(msgLoad)
+	var flags uint64
+	if m.Load.Draining {
+		flags |= flagDraining
+	}
+	if flags == 0 {
+		w.headerVersion(msgLoad, 2)
+	} else {
+		w.header(msgLoad)
+	}
 	w.str(m.Node)
 	w.uvarint(m.Seq)
 	l := m.Load
@@ -90,6 +106,9 @@ func encodeLoad(m loadMsg) []byte {
 	w.uvarint(uint64(max(l.QueuedTokens, 0)))
 	w.uvarint(uint64(max(l.Offloading, 0)))
 	w.uvarint(uint64(max(l.PrefillTokens, 0)))
+	if flags != 0 {
+		w.uvarint(flags)
+	}
 	return w.b
 }
 
@@ -244,6 +263,9 @@ func decodeLoad(r *reader) (loadMsg, error) {
 		l.QueuedTokens = r.count(maxCount)
 		l.Offloading = r.count(maxCount)
 		l.PrefillTokens = r.count(maxCount)
+	}
+	if r.version >= 3 {
+		l.Draining = r.uvarint()&flagDraining != 0
 	}
 	r.end()
 	if r.err == nil && m.Node == "" {

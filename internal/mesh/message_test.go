@@ -117,6 +117,24 @@ func FuzzDecode(f *testing.F) {
 
 // TestVersionOneLoadIsStillRead: a node of the previous release sends load
 // summaries without the token and offloading fields; they read as zero.
+// A draining node's summary carries the flag (version 3); any other is
+// still sent as version 2, which the previous release reads.
+func TestDrainingTravelsAndOnlyThenTheNewVersion(t *testing.T) {
+	for _, draining := range []bool{false, true} {
+		b := encodeLoad(loadMsg{Node: "n", Seq: 1, Load: region.Load{Queued: 1, Draining: draining}})
+		if want := byte(2 + map[bool]byte{false: 0, true: 1}[draining]); b[2] != want {
+			t.Errorf("draining=%v sent as version %d, want %d", draining, b[2], want)
+		}
+		_, r, err := decodeHeader(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := decodeLoad(r); err != nil || m.Load.Draining != draining || m.Load.Queued != 1 {
+			t.Errorf("draining=%v: decoded %+v, %v", draining, m, err)
+		}
+	}
+}
+
 func TestVersionOneLoadIsStillRead(t *testing.T) {
 	v2 := encodeLoad(loadMsg{Node: "old", Seq: 3, Load: region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1}})
 	v1 := append([]byte(nil), v2[:len(v2)-3]...) // drop the three version-2 fields (one byte each here)

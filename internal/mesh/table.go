@@ -270,8 +270,8 @@ func (t *Table) refreshPeers(now time.Time) {
 			if n.loadAt.After(newest) {
 				newest = n.loadAt
 			}
-			if now.Sub(n.loadAt) > t.maxDataAge {
-				continue
+			if now.Sub(n.loadAt) > t.maxDataAge || n.load.Draining {
+				continue // stale or shutting down: not a node to forward to
 			}
 			if stale := n.loadAt.Add(t.maxDataAge + 1); stale.Before(c.until) {
 				c.until = stale

@@ -43,6 +43,13 @@ func TestTablePeersAggregateFreshNodes(t *testing.T) {
 		t.Errorf("eu-west %+v: want both nodes summed (queues, outstanding), the largest replicas and wait, the newest age", eu)
 	}
 
+	// A node that says it is draining is no longer a node to forward to.
+	tb.ObserveLoad("eu-1", 2, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256, Draining: true}, t0.Add(1200*time.Millisecond))
+	if eu := tb.Peers(t0.Add(1500 * time.Millisecond))[1]; eu.Nodes != 1 || len(eu.APIAddrs) != 1 || eu.APIAddrs[0] != "http://eu-2" {
+		t.Errorf("eu-1 draining: %d nodes at %v; want eu-2 alone", eu.Nodes, eu.APIAddrs)
+	}
+	tb.ObserveLoad("eu-1", 3, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256}, t0)
+
 	// eu-1's summary is 2.5 s old: it no longer counts.
 	eu = tb.Peers(t0.Add(2500 * time.Millisecond))[1]
 	if eu.Nodes != 1 || eu.Load.Outstanding != 7 {

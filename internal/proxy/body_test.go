@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,18 @@ import (
 // serveOne starts one proxy in front of the given replicas, with the
 // defaults changed by tune, and returns its address (host:port).
 func serveOne(tb testing.TB, replicas []string, tune func(*Config)) string {
+	tb.Helper()
+	return startSolo(tb, replicas, tune).addr
+}
+
+// solo is one proxy serving on loopback.
+type solo struct {
+	addr  string
+	srv   *Server
+	drain func() error // ends serving as SIGTERM does and waits for the drain
+}
+
+func startSolo(tb testing.TB, replicas []string, tune func(*Config)) solo {
 	tb.Helper()
 	cfg := DefaultConfig()
 	cfg.Region, cfg.WorkerPool, cfg.Listen = "solo", replicas, "127.0.0.1:0"
@@ -27,17 +40,25 @@ func serveOne(tb testing.TB, replicas []string, tune func(*Config)) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	tb.Cleanup(cancel)
-	if err := srv.Start(ctx); err != nil {
+	loops, stopLoops := context.WithCancel(context.Background())
+	if err := srv.Start(loops); err != nil {
 		tb.Fatal(err)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	go func() { _ = srv.Serve(ctx, l) }()
-	return l.Addr().String()
+	serving, stopServing := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(serving, l) }()
+	var once sync.Once
+	var drainErr error
+	drain := func() error {
+		once.Do(func() { stopServing(); drainErr = <-served })
+		return drainErr
+	}
+	tb.Cleanup(func() { _ = drain(); stopLoops() })
+	return solo{addr: l.Addr().String(), srv: srv, drain: drain}
 }
 
 // countingBackend answers every request with a small completion and counts

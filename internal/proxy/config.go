@@ -11,6 +11,7 @@ import (
 
 	"skywalker/internal/balancer"
 	"skywalker/internal/engine"
+	"skywalker/internal/httpserve"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
@@ -63,6 +64,15 @@ type Config struct {
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	MinBodyRate int           `yaml:"min_body_rate"`
 	Retries     int           `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
+	// FirstByteTimeout bounds an attempt's wait for its first byte; past
+	// it the target is counted failed (ejected by the passive rule) and
+	// the request retried elsewhere (SKYWALKER_FIRST_BYTE_TIMEOUT; default
+	// 0: 4× the policy's TTFT estimate, at least 5 s, plus 100 ms per
+	// output token for a response that is not streamed). StallTimeout
+	// ends a stream that sent nothing for that long
+	// (SKYWALKER_STALL_TIMEOUT; default 30 s).
+	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
+	StallTimeout     time.Duration `yaml:"stall_timeout"`
 
 	// Admission and fairness (see balancer.Config).
 	TTFTObjective          time.Duration `yaml:"ttft_objective"`           // SKYWALKER_TTFT_SLO: standard requests; default 10 s; 0 turns admission off
@@ -97,7 +107,8 @@ type Config struct {
 	ScrapeInterval  time.Duration `yaml:"scrape_interval"`  // default 100 ms
 	ResolveInterval time.Duration `yaml:"resolve_interval"` // DNS pools; default 10 s
 	EjectAfter      int           `yaml:"eject_after"`      // consecutive failures; default 3
-	DrainTimeout    time.Duration `yaml:"drain_timeout"`    // graceful shutdown; default 30 s
+	DrainTimeout    time.Duration `yaml:"drain_timeout"`    // SKYWALKER_DRAIN_TIMEOUT: graceful shutdown; default 30 s
+	IdleTimeout     time.Duration `yaml:"idle_timeout"`     // SKYWALKER_IDLE_TIMEOUT: idle keep-alive connections; default 60 s
 }
 
 // PeerSeed is one PEER_REGIONS entry.
@@ -113,9 +124,9 @@ func DefaultConfig() Config {
 	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: cp.MaxWANRTT, ClusterLabel: "skywalker",
 		MeshPreset: "wan", GossipBudget: mesh.DefaultGossipBudget, Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
-		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10,
+		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, StallTimeout: 30 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
-		DrainTimeout: 30 * time.Second, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
+		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
 		ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
 }
 
@@ -297,12 +308,15 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	integer("SKYWALKER_MAX_BODY_BYTES", &c.MaxBodyBytes)
 	integer("SKYWALKER_MIN_BODY_RATE", &c.MinBodyRate)
 	duration("SKYWALKER_BODY_TIMEOUT", &c.BodyTimeout)
+	duration("SKYWALKER_FIRST_BYTE_TIMEOUT", &c.FirstByteTimeout)
+	duration("SKYWALKER_STALL_TIMEOUT", &c.StallTimeout)
 	integer("SKYWALKER_RETRIES", &c.Retries)
 	integer("SKYWALKER_EJECT_AFTER", &c.EjectAfter)
 	duration("SKYWALKER_MAX_WAIT", &c.MaxWait)
 	duration("SKYWALKER_SCRAPE_INTERVAL", &c.ScrapeInterval)
 	duration("SKYWALKER_RESOLVE_INTERVAL", &c.ResolveInterval)
 	duration("SKYWALKER_DRAIN_TIMEOUT", &c.DrainTimeout)
+	duration("SKYWALKER_IDLE_TIMEOUT", &c.IdleTimeout)
 	return errors.Join(errs...)
 }
 
@@ -430,6 +444,9 @@ func (c *Config) Validate() error {
 			bad(f.name, "must be positive")
 		}
 	}
+	if c.FirstByteTimeout < 0 {
+		bad("first_byte_timeout (SKYWALKER_FIRST_BYTE_TIMEOUT)", "must not be negative (0 derives it from the TTFT estimate)")
+	}
 	if c.Retries < 0 || c.Retries > 10 {
 		bad("retries", "must be in 0..10")
 	}
@@ -464,8 +481,8 @@ func (c *Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    time.Duration
-	}{{"max_wait", c.MaxWait}, {"scrape_interval", c.ScrapeInterval}, {"resolve_interval", c.ResolveInterval}, {"drain_timeout", c.DrainTimeout},
-		{"body_timeout (SKYWALKER_BODY_TIMEOUT)", c.BodyTimeout}} {
+	}{{"max_wait", c.MaxWait}, {"scrape_interval", c.ScrapeInterval}, {"resolve_interval", c.ResolveInterval}, {"drain_timeout", c.DrainTimeout}, {"idle_timeout", c.IdleTimeout},
+		{"body_timeout (SKYWALKER_BODY_TIMEOUT)", c.BodyTimeout}, {"stall_timeout (SKYWALKER_STALL_TIMEOUT)", c.StallTimeout}} {
 		if f.v <= 0 {
 			bad(f.name, "must be positive")
 		}

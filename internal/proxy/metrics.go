@@ -18,7 +18,10 @@ type metrics struct {
 	ttft      prometheus.Histogram
 	match     prometheus.Histogram
 	admission *prometheus.CounterVec // priority, tenant, decision
-	tenants   *tenantLabels
+	// upstreamTimeouts counts attempts the proxy ended: first_byte (none
+	// in time; retried elsewhere), stall (a stream went silent).
+	upstreamTimeouts *prometheus.CounterVec
+	tenants          *tenantLabels
 }
 
 func newMetrics(region string, r *Router) *metrics {
@@ -42,8 +45,11 @@ func newMetrics(region string, r *Router) *metrics {
 			"admitted (dispatched or forwarded), refused (429 on arrival: overloaded, queue full), shed (429: held past its objective), " +
 			"timed_out (503: held past its deadline), unavailable (503: nowhere may serve it).", ConstLabels: constLabels},
 		[]string{"priority", "tenant", "decision"})
+	m.upstreamTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "skywalker", Name: "upstream_timeouts_total",
+		Help:        "Attempts the proxy ended: first_byte (no first byte in time; the request is retried elsewhere), stall (a stream sent nothing for the stall timeout).",
+		ConstLabels: constLabels}, []string{"kind"})
 	m.tenants = newTenantLabels(maxTenantLabels)
-	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission,
+	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts,
 		stateCollector{r: r, constLabels: constLabels, tenants: m.tenants},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

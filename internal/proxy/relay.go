@@ -47,7 +47,47 @@ type exchange struct {
 	rejected  *apierr.Error // answered with this error before any byte
 	counter   relayCounter
 	pending   []*bodyReader // request bodies handed to the transport
+	// The attempt that reached the client: cancelling its context ends
+	// the upstream exchange; stall fires when no chunk came for
+	// StallTimeout.
+	attempt context.Context
+	cancel  context.CancelCauseFunc
+	stall   *time.Timer
 }
+
+// Why an attempt's context ended, when the proxy ended it.
+var (
+	errNoFirstByte = errors.New("no first byte in time")
+	errStalled     = errors.New("the upstream stream stalled")
+)
+
+// firstByteTimeout is how long an attempt may wait for its first byte:
+// FirstByteTimeout when configured, else FirstByteFactor times the
+// policy's TTFT estimate, at least MinFirstByteTimeout. A response that is
+// not streamed comes whole at the end, so it is also allowed its output at
+// a slow 10 tokens per second (max_tokens, or 2,048 if the client set none).
+func (x *exchange) firstByteTimeout(o routed) time.Duration {
+	cfg := x.s.cfg
+	d := cfg.FirstByteTimeout
+	if d <= 0 {
+		d = max(MinFirstByteTimeout, time.Duration(FirstByteFactor*float64(o.Decision.Estimate)))
+	}
+	if !x.req.Stream {
+		tokens := x.req.MaxTokens
+		if tokens <= 0 {
+			tokens = 2048
+		}
+		d += time.Duration(tokens) * 100 * time.Millisecond
+	}
+	return d
+}
+
+// The derived first-byte timeout: generous against the estimate (which is
+// often wrong by 2×), and never short enough to cut a cold replica.
+const (
+	FirstByteFactor     = 4
+	MinFirstByteTimeout = 5 * time.Second
+)
 
 type exchangeKey struct{}
 
@@ -99,22 +139,33 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 		if o.replica != nil && x.req.PromptTokens > 0 {
 			x.s.metrics.match.Observe(float64(x.req.CachedTokens(o.PrefixBlocks)) / float64(x.req.PromptTokens))
 		}
-		resp, err := x.send(out, o)
+		// Each attempt has its own context: cancelled if no first byte
+		// comes in time (the target hung), or later if the stream stalls.
+		actx, cancel := context.WithCancelCause(ctx)
+		timeout := x.firstByteTimeout(o)
+		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
+		resp, err := x.send(actx, out, o)
 		if err == nil && resp.StatusCode < 500 {
 			// Nothing reaches the client before the upstream's first body
 			// byte: until then a failure is retried elsewhere.
-			if err = awaitFirstByte(resp); err == nil {
-				x.watch(resp)
+			if err = awaitFirstByte(resp); err == nil && timer.Stop() {
+				x.watch(resp, actx, cancel)
 				return resp, nil
 			}
 			resp.Body.Close()
 			resp = nil
 		}
+		timer.Stop()
 		if resp != nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
 			err = errors.New("upstream answered " + resp.Status)
 		}
+		if context.Cause(actx) == errNoFirstByte {
+			err = fmt.Errorf("no first byte within %v", timeout)
+			x.s.metrics.upstreamTimeouts.WithLabelValues("first_byte").Inc()
+		}
+		cancel(nil)
 		x.endAttempt(region.ReplicaFailed)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -130,9 +181,8 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 	}
 }
 
-// send makes one attempt at the routed target.
-func (x *exchange) send(out *http.Request, o routed) (*http.Response, error) {
-	ctx := out.Context()
+// send makes one attempt at the routed target, under ctx.
+func (x *exchange) send(ctx context.Context, out *http.Request, o routed) (*http.Response, error) {
 	up := out.Clone(ctx)
 	up.Host = ""
 	var delay time.Duration
@@ -216,8 +266,12 @@ func (b *prefixedBody) Read(p []byte) (int, error) {
 
 // watch takes over a response that will reach the client: the body is
 // wrapped to see its end (or its failure), count output tokens, and, for
-// an event stream, end a broken stream with an error event.
-func (x *exchange) watch(resp *http.Response) {
+// an event stream, end a broken stream with an error event. cancel ends
+// the attempt's context: when the exchange ends, or when the stream
+// stalls for StallTimeout.
+func (x *exchange) watch(resp *http.Response, attempt context.Context, cancel context.CancelCauseFunc) {
+	x.attempt, x.cancel = attempt, cancel
+	x.stall = time.AfterFunc(x.s.cfg.StallTimeout, func() { cancel(errStalled) })
 	x.status = resp.StatusCode
 	x.servedBy = x.s.cfg.Region
 	if p := x.target.Peer; p != nil {
@@ -266,7 +320,13 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.body.Read(p)
 	x := b.x
+	if err != nil && err != io.EOF && x.attempt != nil && context.Cause(x.attempt) == errStalled {
+		err = fmt.Errorf("%w: no chunk for %v", errStalled, x.s.cfg.StallTimeout)
+	}
 	if n > 0 {
+		if x.stall != nil {
+			x.stall.Reset(x.s.cfg.StallTimeout)
+		}
 		if x.firstByte.IsZero() {
 			x.firstByte = time.Now()
 			if x.target.replica != nil {
@@ -303,6 +363,12 @@ func (b *watchedBody) Close() error {
 	b.closed = true
 	err := b.body.Close()
 	x := b.x
+	if x.stall != nil && !x.stall.Stop() && context.Cause(x.attempt) == errStalled {
+		x.s.metrics.upstreamTimeouts.WithLabelValues("stall").Inc()
+	}
+	if x.cancel != nil {
+		x.cancel(nil)
+	}
 	if !x.complete && x.counter.done {
 		x.complete = true // closed right after [DONE]: delivered in full
 	}

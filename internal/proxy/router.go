@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"skywalker/internal/apierr"
 	"skywalker/internal/digest"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
@@ -51,6 +52,7 @@ type Router struct {
 
 	recent     []Decision // ring of recent decisions, for /debug/skywalker
 	recentNext int
+	draining   bool                  // the node is shutting down (published in its load summary)
 	observe    func(region.Delivery) // every outcome, under mu (metrics, logs)
 }
 
@@ -336,7 +338,24 @@ func (r *Router) Decide(req *request.Request) policy.Decision {
 func (r *Router) Load() region.Load {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.core.Load()
+	l := r.core.Load()
+	l.Draining = r.draining
+	return l
+}
+
+// drain marks the router draining: its load summary says so, and peers
+// stop forwarding to this node.
+func (r *Router) drain() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.draining = true
+}
+
+// flushHeld answers every held request with e and returns how many.
+func (r *Router) flushHeld(e *apierr.Error) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.Flush(r.now(), e)
 }
 
 // Digest implements mesh.Source: the digest of the prefix index.

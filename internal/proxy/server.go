@@ -145,13 +145,24 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// Serve serves HTTP on l until ctx ends, then drains: it stops accepting,
-// lets held and in-flight requests finish within DrainTimeout, and returns.
+// Serve serves HTTP on l until ctx ends, then drains: it reports
+// not-ready and tells its peers (they stop forwarding to it at once), stops
+// accepting, and serves or forwards what it holds and has in flight within
+// DrainTimeout. What is still held shortly before the deadline is answered
+// 503 with a Retry-After, never cut off. The background loops (Start) must
+// run until Serve returns: they pump the queue.
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
-	return httpserve.Run(ctx, l, s.handler, s.cfg.DrainTimeout, func() {
-		s.draining.Store(true)
-		s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
-	})
+	return httpserve.Run(ctx, l, s.handler, httpserve.Options{IdleTimeout: s.cfg.IdleTimeout, Drain: s.cfg.DrainTimeout,
+		Begin: func() {
+			s.draining.Store(true)
+			s.router.drain()
+			s.log.Info("draining", "timeout", s.cfg.DrainTimeout, "held", s.router.queued())
+		},
+		Expire: func() {
+			n := s.router.flushHeld(&apierr.Error{Code: apierr.Unavailable, RetryAfter: time.Second,
+				Message: "this proxy is shutting down and could not serve the request in time; retry"})
+			s.log.Info("drain deadline near: answered the requests still held", "held", n)
+		}})
 }
 
 func (s *Server) routes() http.Handler {

@@ -23,6 +23,9 @@ type Load struct {
 	// Offloading is this node's requests in flight at peer regions.
 	Offloading int
 	Prefill    policy.PrefillProfile
+	// Draining: the node is shutting down. Peers stop forwarding to it at
+	// once; it still forwards and serves what it holds.
+	Draining bool
 }
 
 // Load is the region's summary as of now, as this node publishes it.
@@ -53,8 +56,9 @@ func (r *Region) Load() Load {
 }
 
 // Significant reports a change of load worth publishing before the
-// interval ends: replicas came or went, or the queue or the outstanding
-// requests moved by more than a quarter (and more than a few requests).
+// interval ends: replicas came or went, the node began draining, or the
+// queue or the outstanding requests moved by more than a quarter (and more
+// than a few requests).
 func Significant(old, cur Load) bool {
 	diff := func(a, b int) int {
 		if a > b {
@@ -62,7 +66,7 @@ func Significant(old, cur Load) bool {
 		}
 		return b - a
 	}
-	return cur.Replicas != old.Replicas || diff(cur.Queued, old.Queued) > max(4, old.Queued/4) ||
+	return cur.Replicas != old.Replicas || cur.Draining != old.Draining || diff(cur.Queued, old.Queued) > max(4, old.Queued/4) ||
 		diff(cur.Outstanding, old.Outstanding) > max(8, old.Outstanding/4)
 }
 

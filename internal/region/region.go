@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"skywalker/internal/apierr"
 	"skywalker/internal/balancer"
 	"skywalker/internal/policy"
 	"skywalker/internal/prefix"
@@ -136,6 +137,9 @@ func (r *Region) PumpDepth(now time.Time, depth int) int { return r.bal.PumpDept
 
 // Expire rejects held requests past their deadline.
 func (r *Region) Expire(now time.Time) int { return r.bal.Expire(now, r) }
+
+// Flush answers every held request with e (see balancer.Balancer.Flush).
+func (r *Region) Flush(now time.Time, e *apierr.Error) int { return r.bal.Flush(now, r, e) }
 
 // Cancel withdraws a held request whose client left; it reports whether
 // the request was still held (else it was already delivered).

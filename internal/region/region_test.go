@@ -97,6 +97,20 @@ func TestEjectAndReadmitRule(t *testing.T) {
 		{"one passed check is not enough", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, false},
 		{"a failed check restarts the count", func(r *Region, rp *Replica) { r.HealthChecked(rp, false); r.HealthChecked(rp, true) }, false},
 		{"the second pass in a row re-admits", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, true},
+		// Healthy to /health, failing requests (an engine that hangs):
+		// re-admitted on probation, it is ejected at its first failure,
+		// and kept out twice as long.
+		{"on probation one failure ejects", func(r *Region, rp *Replica) { r.End(dispatched(r, rp), ReplicaFailed, 0) }, false},
+		{"a second ejection takes twice the passes", func(r *Region, rp *Replica) {
+			for range 3 {
+				r.HealthChecked(rp, true)
+			}
+		}, false},
+		{"the fourth pass re-admits", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, true},
+		{"serving a request ends probation", func(r *Region, rp *Replica) {
+			r.End(dispatched(r, rp), Served, time.Second)
+			r.End(dispatched(r, rp), ReplicaFailed, 0)
+		}, true},
 	}
 	r, _ := newTestRegion(t, 1)
 	rp := r.Replicas()[0]

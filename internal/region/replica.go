@@ -26,13 +26,19 @@ type Metrics struct {
 // change only through the Region's methods; drivers read them through the
 // accessors.
 type Replica struct {
-	name           string
-	jurisdiction   string        // "" for the region's own
-	rtt            time.Duration // from the balancer; zero in its own region
-	target         prefix.Target
-	healthy        bool
-	failures       int // consecutive failed requests or health checks
-	passes         int // consecutive passed health checks while ejected
+	name         string
+	jurisdiction string        // "" for the region's own
+	rtt          time.Duration // from the balancer; zero in its own region
+	target       prefix.Target
+	healthy      bool
+	failures     int // consecutive failed requests or health checks
+	passes       int // consecutive passed health checks while ejected
+	// ejections since the replica last served a request, and whether it
+	// was re-admitted without having served since: a replica that answers
+	// /health but hangs on requests is ejected again at its first failure
+	// and kept out longer each time.
+	ejections      int
+	probation      bool
 	inFlight       int
 	inFlightTokens int // prompt tokens of the requests in flight
 	// prefillTokens is the uncached prompt tokens of the requests in
@@ -371,7 +377,7 @@ func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
 	rp.ended++
 	switch how {
 	case Served:
-		rp.failures = 0
+		rp.failures, rp.ejections, rp.probation = 0, 0, false
 		r.service.Observe(service)
 	case ReplicaFailed:
 		r.fail(rp)
@@ -380,12 +386,14 @@ func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
 
 // HealthChecked records one health check of rp. A replica in service that
 // fails EjectAfter checks (or requests) in a row is ejected; an ejected one
-// is re-admitted after ReadmitAfter passes in a row.
+// is re-admitted after ReadmitAfter passes in a row, doubled for every
+// ejection since it last served a request (at most 32×), and on
+// probation: until it serves one, its first failure ejects it again.
 func (r *Region) HealthChecked(rp *Replica, ok bool) {
 	switch {
 	case ok && !rp.healthy:
-		if rp.passes++; rp.passes >= r.cfg.ReadmitAfter {
-			rp.healthy, rp.failures, rp.passes = true, 0, 0
+		if rp.passes++; rp.passes >= r.cfg.ReadmitAfter<<min(max(rp.ejections-1, 0), 5) {
+			rp.healthy, rp.failures, rp.passes, rp.probation = true, 0, 0, rp.ejections > 0
 		}
 	case ok:
 		rp.failures = 0
@@ -400,8 +408,9 @@ func (r *Region) HealthChecked(rp *Replica, ok bool) {
 // have restarted with an empty cache.
 func (r *Region) fail(rp *Replica) {
 	rp.failures++
-	if rp.failures >= r.cfg.EjectAfter && rp.healthy {
-		rp.healthy, rp.passes = false, 0
+	if (rp.failures >= r.cfg.EjectAfter || rp.probation) && rp.healthy {
+		rp.healthy, rp.passes, rp.probation = false, 0, false
+		rp.ejections++
 		r.index.Forget(rp.target)
 		r.digests.stale = true
 	}

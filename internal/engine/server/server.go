@@ -143,7 +143,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	loopCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	go s.Run(loopCtx)
-	return httpserve.Run(ctx, l, s.handler, 5*time.Second, nil)
+	return httpserve.Run(ctx, l, s.handler, httpserve.Options{})
 }
 
 // Run is the engine loop: step the model in (scaled) real time until ctx

@@ -48,7 +48,7 @@ metadata:
     prometheus.io/port: "9000"
     prometheus.io/path: /metrics
 spec:
-  terminationGracePeriodSeconds: {{ $root.Values.terminationGracePeriodSeconds }}
+  terminationGracePeriodSeconds: {{ add $root.Values.preStopSeconds $root.Values.drainSeconds 10 }}
   securityContext:
     runAsNonRoot: true
     runAsUser: 65532
@@ -86,12 +86,16 @@ spec:
         - {name: SKYWALKER_POLICY, value: {{ $root.Values.policy | quote }}}
         - {name: SKYWALKER_PROFILE, value: {{ $root.Values.profile | quote }}}
         - {name: SKYWALKER_MAX_IN_FLIGHT, value: {{ $root.Values.maxInFlight | quote }}}
+        - {name: SKYWALKER_DRAIN_TIMEOUT, value: {{ printf "%ds" (int $root.Values.drainSeconds) | quote }}}
         - name: SKYWALKER_GOSSIP_KEY
           valueFrom:
             secretKeyRef: {name: {{ include "skywalker.secretName" $root }}, key: key}
         {{- with $root.Values.env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      lifecycle:
+        preStop:
+          sleep: {seconds: {{ $root.Values.preStopSeconds }}}
       readinessProbe:
         httpGet: {path: /ready, port: http}
         periodSeconds: 2

@@ -1,0 +1,159 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"skywalker/internal/policy"
+	"skywalker/internal/request"
+)
+
+func TestFirstByteTimeoutFollowsTheEstimate(t *testing.T) {
+	tests := []struct {
+		name       string
+		configured time.Duration
+		estimate   time.Duration
+		stream     bool
+		maxTokens  int
+		want       time.Duration
+	}{
+		{"short estimate: the floor", 0, 200 * time.Millisecond, true, 0, MinFirstByteTimeout},
+		{"long estimate: four times it", 0, 3 * time.Second, true, 0, 12 * time.Second},
+		{"configured wins", 2 * time.Second, 3 * time.Second, true, 0, 2 * time.Second},
+		{"not streamed: plus its output", 0, time.Second, false, 50, MinFirstByteTimeout + 5*time.Second},
+		{"not streamed, no max_tokens", 0, time.Second, false, 0, MinFirstByteTimeout + 2048*100*time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.FirstByteTimeout = tc.configured
+			x := &exchange{s: &Server{cfg: cfg}, req: &request.Request{Stream: tc.stream, MaxTokens: tc.maxTokens}}
+			o := routed{}
+			o.Decision = policy.Decision{Estimate: tc.estimate}
+			if got := x.firstByteTimeout(o); got != tc.want {
+				t.Errorf("firstByteTimeout = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// hungBackend accepts requests and never answers them (until the proxy
+// gives up on them); it counts what it was sent.
+func hungBackend(t *testing.T) (*httptest.Server, *atomic.Int64) {
+	var n atomic.Int64
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		n.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body) // else the server never sees the proxy hang up
+		<-r.Context().Done()
+	}))
+	t.Cleanup(b.Close)
+	return b, &n
+}
+
+// One of two replicas hangs on every request: each request it gets times
+// out at the first-byte timeout and is retried on the other, and the hung
+// replica is ejected by the passive rule, so later requests go straight
+// to the good one.
+func TestAHungReplicaIsTimedOutRetriedAndEjected(t *testing.T) {
+	hung, sentToHung := hungBackend(t)
+	good, _ := countingBackend(t)
+	p := startSolo(t, []string{hung.URL, good.URL}, func(c *Config) { c.FirstByteTimeout = 300 * time.Millisecond })
+	client := &http.Client{Timeout: 20 * time.Second} // a hung request fails this
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := client.Post("http://"+p.addr+"/v1/chat/completions", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"stream":true,"messages":[{"role":"user","content":"question %d"}]}`, i)))
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				failed.Add(1)
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("request %d: status %d", i, resp.StatusCode)
+				failed.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		return
+	}
+	// It was ejected; health checks re-admit it (it answers /health), on
+	// probation: each time, one request finds it hung, ejects it again for
+	// twice as long, and is retried. Of 20 requests one after another,
+	// few can reach it.
+	before := sentToHung.Load()
+	for range 20 {
+		resp, err := client.Post("http://"+p.addr+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"after"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("status %d after the ejection", resp.StatusCode)
+		}
+	}
+	if n := sentToHung.Load() - before; n > 3 {
+		t.Errorf("%d of 20 later requests reached the hung replica; ejection and probation should keep it to a few", n)
+	}
+	if v := testutilValue(p.srv.metrics.upstreamTimeouts.WithLabelValues("first_byte")); v < 1 {
+		t.Errorf("upstream_timeouts_total{kind=first_byte} = %v, want the timeouts counted", v)
+	}
+}
+
+// A stream that goes silent after its first chunk is ended after the stall
+// timeout with an error event, not left open.
+func TestAStalledStreamEndsWithAnErrorEvent(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // then nothing
+	}))
+	t.Cleanup(backend.Close)
+	p := startSolo(t, []string{backend.URL}, func(c *Config) { c.StallTimeout = 300 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+p.addr+"/v1/chat/completions",
+		strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatalf("the stream did not end by itself: %v (read %q)", err, body)
+	}
+	if !strings.Contains(string(body), `"content":"a"`) || !strings.Contains(string(body), "stalled") || !strings.Contains(string(body), "upstream_error") {
+		t.Errorf("stream %q: want the first chunk, then an upstream_error event saying it stalled", body)
+	}
+	if v := testutilValue(p.srv.metrics.upstreamTimeouts.WithLabelValues("stall")); v != 1 {
+		t.Errorf("upstream_timeouts_total{kind=stall} = %v, want 1", v)
+	}
+}
