@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 
+	"skywalker/internal/lograte"
 	"skywalker/internal/region"
 )
 
@@ -76,9 +76,30 @@ func ParseKey(s string) ([]byte, error) {
 	}
 	switch len(key) {
 	case 16, 24, 32:
-		return key, nil
+	default:
+		return nil, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32 (AES-128/192/256)", len(key))
 	}
-	return nil, fmt.Errorf("gossip key is %d bytes; want 16, 24 or 32 (AES-128/192/256)", len(key))
+	if distinct := distinctBytes(key); distinct < MinKeyDistinctBytes {
+		return nil, fmt.Errorf("gossip key has only %d distinct byte values (all zero, a repeated word?): make one with `head -c 32 /dev/urandom | base64`", distinct)
+	}
+	return key, nil
+}
+
+// MinKeyDistinctBytes refuses keys no random generator makes: a random
+// 16-byte key has fewer than 8 distinct byte values with a probability
+// below 10^-9; all-zero keys, repeated bytes and words typed by hand have
+// far fewer.
+const MinKeyDistinctBytes = 8
+
+func distinctBytes(b []byte) int {
+	var seen [256]bool
+	n := 0
+	for _, c := range b {
+		if !seen[c] {
+			seen[c], n = true, n+1
+		}
+	}
+	return n
 }
 
 func (c *Config) validate() error {
@@ -157,24 +178,15 @@ func (c *Config) memberlistConfig() (*memberlist.Config, error) {
 // a kind per WarnEvery (a busy machine makes memberlist refute suspicions
 // and retry pings by the hundred), with the count of those held back.
 type memberlistLog struct {
-	log *slog.Logger
-	now func() time.Time
-	mu  sync.Mutex
-	// kinds: per message kind, when one was last written and how many
-	// were held back since.
-	kinds map[string]*logKind
-}
-
-type logKind struct {
-	last       time.Time
-	suppressed int
+	log   *slog.Logger
+	limit *lograte.Limiter
 }
 
 // WarnEvery is how often one kind of memberlist warning is logged.
 const WarnEvery = 30 * time.Second
 
 func newMemberlistLog(log *slog.Logger, now func() time.Time) *memberlistLog {
-	return &memberlistLog{log: log, now: now, kinds: map[string]*logKind{}}
+	return &memberlistLog{log: log, limit: lograte.New(WarnEvery, now)}
 }
 
 func (w *memberlistLog) Write(p []byte) (int, error) {
@@ -187,21 +199,10 @@ func (w *memberlistLog) Write(p []byte) (int, error) {
 	if i := strings.IndexAny(kind, ":(["); i > 0 {
 		kind = kind[:i] // "Refuting a suspect message (from: x)" → its kind
 	}
-	w.mu.Lock()
-	k := w.kinds[kind]
-	if k == nil {
-		k = &logKind{}
-		w.kinds[kind] = k
-	}
-	now := w.now()
-	if !k.last.IsZero() && now.Sub(k.last) < WarnEvery {
-		k.suppressed++
-		w.mu.Unlock()
+	ok, suppressed := w.limit.Allow(kind)
+	if !ok {
 		return len(p), nil
 	}
-	suppressed := k.suppressed
-	k.last, k.suppressed = now, 0
-	w.mu.Unlock()
 	attrs := []any{"component", "memberlist"}
 	if suppressed > 0 {
 		attrs = append(attrs, "suppressed", suppressed)

@@ -1,14 +1,16 @@
 package mesh
 
 import (
+	"bytes"
 	"encoding/base64"
 	"fmt"
-	"skywalker/internal/region"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"skywalker/internal/region"
 
 	"skywalker/internal/digest"
 	"skywalker/internal/testwait"
@@ -254,6 +256,12 @@ func TestSecurity(t *testing.T) {
 		cfg.Keys = []string{"not base64!"}
 		if _, err := New(cfg, &fakeSource{}); err == nil {
 			t.Error("a malformed key must be refused")
+		}
+		for _, weak := range [][]byte{make([]byte, 32), bytes.Repeat([]byte{0xa5}, 16), []byte("keykeykeykeykeyk")} {
+			cfg.Keys = []string{base64.StdEncoding.EncodeToString(weak)}
+			if _, err := New(cfg, &fakeSource{}); err == nil || !strings.Contains(err.Error(), "distinct byte values") {
+				t.Errorf("weak key % x: err = %v, want it refused", weak, err)
+			}
 		}
 	})
 	links := NewLinks()

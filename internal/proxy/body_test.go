@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -31,12 +33,17 @@ type solo struct {
 
 func startSolo(tb testing.TB, replicas []string, tune func(*Config)) solo {
 	tb.Helper()
+	return startSoloWith(tb, replicas, tune, Options{})
+}
+
+func startSoloWith(tb testing.TB, replicas []string, tune func(*Config), opts Options) solo {
+	tb.Helper()
 	cfg := DefaultConfig()
 	cfg.Region, cfg.WorkerPool, cfg.Listen = "solo", replicas, "127.0.0.1:0"
 	if tune != nil {
 		tune(&cfg)
 	}
-	srv, err := New(cfg, Options{})
+	srv, err := New(cfg, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -151,4 +158,51 @@ func TestABodyInvalidAfter300KBIsRefusedAtThatByte(t *testing.T) {
 	if n := upstream.Load(); n != 0 {
 		t.Errorf("%d requests reached the replica", n)
 	}
+}
+
+// A marker captured on the inter-region hop is refused when replayed —
+// with the same body or another — and the refusals from one source are
+// logged once.
+func TestAReplayedMarkerIsRefusedAndLoggedOnce(t *testing.T) {
+	backend, _ := countingBackend(t)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	p := startSoloWith(t, []string{backend.URL}, nil, Options{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
+	body := `{"messages":[{"role":"user","content":"forwarded"}]}`
+	marker := SignMarker(p.srv, "us-east", "us-east-7", []byte(body))
+	send := func(body string) int {
+		req, _ := http.NewRequest("POST", "http://"+p.addr+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set(ForwardHeader, marker)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := send(body); s != 200 {
+		t.Fatalf("the first use of a marker: status %d, want 200", s)
+	}
+	for i, b := range []string{body, `{"messages":[{"role":"user","content":"something else"}]}`, body, body} {
+		if s := send(b); s != 403 {
+			t.Errorf("replay %d: status %d, want 403", i, s)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(logs.String(), "forwarding marker refused"); n != 1 {
+		t.Errorf("%d log lines for four refusals from one source, want 1:\n%s", n, logs.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -72,7 +72,11 @@ type Config struct {
 	// ends a stream that sent nothing for that long
 	// (SKYWALKER_STALL_TIMEOUT; default 30 s).
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
-	StallTimeout     time.Duration `yaml:"stall_timeout"`
+	// ForwardAuthorization passes the client's Authorization header on to
+	// the peer region a request is forwarded to; by default it is stripped
+	// (SKYWALKER_FORWARD_AUTHORIZATION).
+	ForwardAuthorization bool          `yaml:"forward_authorization"`
+	StallTimeout         time.Duration `yaml:"stall_timeout"`
 
 	// Admission and fairness (see balancer.Config).
 	TTFTObjective          time.Duration `yaml:"ttft_objective"`           // SKYWALKER_TTFT_SLO: standard requests; default 10 s; 0 turns admission off
@@ -295,6 +299,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	}
 	boolean("SKYWALKER_INSECURE_GOSSIP", &c.InsecureGossip)
 	boolean("SKYWALKER_FAIR_QUEUING", &c.FairQueuing)
+	boolean("SKYWALKER_FORWARD_AUTHORIZATION", &c.ForwardAuthorization)
 	str("SKYWALKER_TENANT_HEADER", &c.TenantHeader)
 	integer("SKYWALKER_TENANT_MAX_HELD", &c.TenantMaxHeld)
 	integer("SKYWALKER_REPLICA_CACHE_TOKENS", &c.ReplicaCacheTokens)

@@ -17,7 +17,7 @@ func TestEnvironmentOverridesTheFile(t *testing.T) {
 	err := c.ApplyEnv(env(map[string]string{
 		"REGION_ID": "us-east", "PEER_REGIONS": "eu-west:https://router.eu.example:9000,ap-east:10.0.0.5:7946",
 		"LOCAL_WORKER_POOL": "http://10.0.0.1:8000, http://10.0.0.2:8000", "MAX_WAN_RTT_THRESHOLD_MS": "150",
-		"SKYWALKER_GOSSIP_KEY": "a2V5a2V5a2V5a2V5a2V5aw==", "SKYWALKER_MAX_WAIT": "5s",
+		"SKYWALKER_GOSSIP_KEY": "OpFc4ge0aP0hnkvDdg2oXw==", "SKYWALKER_MAX_WAIT": "5s",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -91,30 +91,46 @@ func TestBadEnvironmentValues(t *testing.T) {
 }
 
 func TestForwardMarkers(t *testing.T) {
-	keys, err := newForwardKeys([]string{"a2V5a2V5a2V5a2V5a2V5aw=="}, "skywalker")
+	keys, err := newMarkers([]string{"OpFc4ge0aP0hnkvDdg2oXw=="}, "skywalker")
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	m := keys.sign("us-east", "req-1", now)
-	if origin, id, err := keys.verify(m, now); err != nil || origin != "us-east" || id != "req-1" {
+	body := []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
+	m := keys.sign("us-east", "eu-west", "req-1", body, now)
+	if origin, id, err := keys.verify(m, "eu-west", body, now); err != nil || origin != "us-east" || id != "req-1" {
 		t.Errorf("verify own marker: %q %q %v", origin, id, err)
 	}
-	other, _ := newForwardKeys([]string{"b3RoZXJvdGhlcm90aGVyIQ=="}, "skywalker")
-	for name, bad := range map[string]string{
-		"other key":   other.sign("us-east", "req-1", now),
-		"tampered id": strings.Replace(m, "req-1", "req-2", 1),
-		"garbage":     "hello",
-		"too old":     keys.sign("us-east", "req-1", now.Add(-time.Hour)),
-		"not hex":     "us-east;req-1;1;zz",
+	other, _ := newMarkers([]string{"EjRWeJq83vAxMjM0NTY3OA=="}, "skywalker")
+	fresh := func(id string) string { return keys.sign("us-east", "eu-west", id, body, now) }
+	for _, tc := range []struct {
+		name, marker, dest, body, want string
+	}{
+		{"replayed", m, "eu-west", string(body), "replayed"},
+		{"replayed with another body", m, "eu-west", `{"messages":[{"role":"user","content":"evil"}]}`, "MAC does not verify"},
+		{"replayed at another region", fresh("req-2"), "ap-east", string(body), "meant for region eu-west"},
+		{"to its own origin", keys.sign("eu-west", "eu-west", "req-3", body, now), "eu-west", string(body), "does not forward to itself"},
+		{"other key", other.sign("us-east", "eu-west", "req-4", body, now), "eu-west", string(body), "MAC does not verify"},
+		{"tampered id", strings.Replace(fresh("req-5"), "req-5", "req-6", 1), "eu-west", string(body), "MAC does not verify"},
+		{"too old", keys.sign("us-east", "eu-west", "req-7", body, now.Add(-MaxMarkerSkew-time.Second)), "eu-west", string(body), "timestamp outside"},
+		{"the previous release's format", "us-east;req-8;1;00", "eu-west", string(body), "invalid"},
+		{"garbage", "hello", "eu-west", string(body), "invalid"},
+		{"not hex", "2;us-east;eu-west;req-9;1;zz", "eu-west", string(body), "invalid"},
 	} {
-		if _, _, err := keys.verify(bad, now); err == nil {
-			t.Errorf("%s: accepted", name)
+		_, _, err := keys.verify(tc.marker, tc.dest, []byte(tc.body), now)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err = %v, want it refused: %q", tc.name, err, tc.want)
 		}
 	}
-	rotated, _ := newForwardKeys([]string{"b3RoZXJvdGhlcm90aGVyIQ==", "a2V5a2V5a2V5a2V5a2V5aw=="}, "skywalker")
-	if _, _, err := rotated.verify(m, now); err != nil {
+	rotated, _ := newMarkers([]string{"EjRWeJq83vAxMjM0NTY3OA==", "OpFc4ge0aP0hnkvDdg2oXw=="}, "skywalker")
+	if _, _, err := rotated.verify(fresh("req-10"), "eu-west", body, now); err != nil {
 		t.Errorf("a marker signed with the old key must verify during rotation: %v", err)
+	}
+	// The replay cache forgets what the window no longer admits.
+	later := now.Add(3 * MaxMarkerSkew)
+	keys.remember("sweep", later)
+	if _, ok := keys.seen["us-east\x00req-1"]; ok {
+		t.Error("the replay cache kept an entry older than twice the skew window")
 	}
 }
 
@@ -160,10 +176,10 @@ func FuzzEngineMetrics(f *testing.F) {
 }
 
 func FuzzForwardMarker(f *testing.F) {
-	keys, _ := newForwardKeys(nil, "skywalker")
-	f.Add(keys.sign("us-east", "x", time.Now()))
+	keys, _ := newMarkers(nil, "skywalker")
+	f.Add(keys.sign("us-east", "eu-west", "x", []byte("{}"), time.Now()))
 	f.Fuzz(func(t *testing.T, marker string) {
-		_, _, _ = keys.verify(marker, time.Now())
+		_, _, _ = keys.verify(marker, "eu-west", []byte("{}"), time.Now())
 	})
 }
 

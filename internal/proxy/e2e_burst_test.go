@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"skywalker/internal/proxy"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"skywalker/internal/proxy"
 
 	"skywalker/internal/node"
 	"skywalker/internal/node/nodetest"

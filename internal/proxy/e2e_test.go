@@ -2,14 +2,16 @@ package proxy_test
 
 import (
 	"fmt"
+
 	"skywalker/internal/request"
 
 	"encoding/json"
-	"skywalker/internal/node/nodetest"
-	"skywalker/internal/proxy"
 	"strings"
 	"testing"
 	"time"
+
+	"skywalker/internal/node/nodetest"
+	"skywalker/internal/proxy"
 )
 
 func TestServesLocallyAndStreams(t *testing.T) {
@@ -129,8 +131,9 @@ func TestAForwardedRequestIsNeverForwardedAgain(t *testing.T) {
 		n := eu.Proxy.HealthyReplicas()
 		return n == 0, fmt.Sprintf("%d replicas in service", n)
 	})
-	marker := proxy.SignMarker(eu.Proxy, "us-east", "already-forwarded")
-	r := call(t, eu.URL, chat("forwarded once", 2, false, ""), map[string]string{proxy.ForwardHeader: marker})
+	body := chat("forwarded once", 2, false, "")
+	marker := proxy.SignMarker(eu.Proxy, "us-east", "already-forwarded", []byte(body))
+	r := call(t, eu.URL, body, map[string]string{proxy.ForwardHeader: marker})
 	if r.status != 503 {
 		t.Errorf("status %d served by %q: a forwarded request must be served here or fail, never forwarded again", r.status, r.region)
 	}

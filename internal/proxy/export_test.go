@@ -7,9 +7,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 )
 
-// SignMarker signs a forwarding marker as s would when forwarding a request
-// with id from origin (for tests of the receiving side).
-func SignMarker(s *Server, origin, id string) string { return s.keys.sign(origin, id, time.Now()) }
+// SignMarker signs a forwarding marker as a proxy of the same mesh in
+// origin would when forwarding the request id with body to s (for tests of
+// the receiving side).
+func SignMarker(s *Server, origin, id string, body []byte) string {
+	return s.markers.sign(origin, s.cfg.Region, id, body, time.Now())
+}
 
 // testutilValue reads a counter's value.
 func testutilValue(c prometheus.Counter) float64 {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"skywalker/internal/mesh"
@@ -19,29 +20,45 @@ import (
 // peer to skip routing or residency checks.
 const ForwardHeader = "X-SkyWalker-Forwarded"
 
-// maxMarkerSkew bounds how old (or how far in the future) a marker may be.
-const maxMarkerSkew = 5 * time.Minute
+// MaxMarkerSkew bounds how old (or how far in the future) a marker may be:
+// seconds, not minutes, so a captured marker is soon worthless. The
+// regions' clocks must agree within it (NTP does far better).
+const MaxMarkerSkew = 10 * time.Second
 
-// forwardKeys signs and verifies markers. Keys derive from the gossip keys
-// (the mesh secret); the first signs, all verify, so keys rotate the way
-// the gossip keyring does. Without gossip keys (insecure development mode)
-// the key derives from the cluster label: integrity against accidents,
-// not attackers.
-type forwardKeys [][]byte
+// markers signs and verifies forwarding markers. Keys derive from the
+// gossip keys (the mesh secret); the first signs, all verify, so keys
+// rotate the way the gossip keyring does. Without gossip keys (insecure
+// development mode) the key derives from the cluster label: integrity
+// against accidents, not attackers.
+//
+// A marker binds the request to where it came from and where it was sent:
+// the MAC covers the origin region, the destination region, the request
+// id, the time and a SHA-256 of the body. The receiver refuses a marker
+// meant for another region, older than MaxMarkerSkew, or whose id it has
+// already accepted (a replay cache spanning the skew window), so a
+// captured marker cannot be replayed — not with the same body, not with
+// another, not at another region.
+type markers struct {
+	keys [][]byte
+	mu   sync.Mutex
+	seen map[string]time.Time // origin and id of accepted markers → their time
+	// sweepAt is when seen is next pruned of entries past the window.
+	sweepAt time.Time
+}
 
-func newForwardKeys(gossipKeys []string, label string) (forwardKeys, error) {
-	var out forwardKeys
+func newMarkers(gossipKeys []string, label string) (*markers, error) {
+	m := &markers{seen: map[string]time.Time{}}
 	for _, k := range gossipKeys {
 		raw, err := mesh.ParseKey(k)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, deriveKey(raw))
+		m.keys = append(m.keys, deriveKey(raw))
 	}
-	if len(out) == 0 {
-		out = append(out, deriveKey([]byte("insecure:"+label)))
+	if len(m.keys) == 0 {
+		m.keys = append(m.keys, deriveKey([]byte("insecure:"+label)))
 	}
-	return out, nil
+	return m, nil
 }
 
 func deriveKey(secret []byte) []byte {
@@ -51,41 +68,88 @@ func deriveKey(secret []byte) []byte {
 	return h.Sum(nil)
 }
 
-func mac(key []byte, origin, id string, ts int64) []byte {
+// markerVersion prefixes every marker this release signs.
+const markerVersion = "2"
+
+func mac(key []byte, origin, dest, id string, ts int64, bodySum []byte) []byte {
 	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s\x00%s\x00%d", origin, id, ts)
+	fmt.Fprintf(m, "%s\x00%s\x00%s\x00%s\x00%d\x00", markerVersion, origin, dest, id, ts)
+	m.Write(bodySum)
 	return m.Sum(nil)
 }
 
-// sign returns the marker for a request forwarded from origin.
-func (k forwardKeys) sign(origin, id string, now time.Time) string {
+// sign returns the marker for request id forwarded from origin to dest
+// with body.
+func (m *markers) sign(origin, dest, id string, body []byte, now time.Time) string {
 	ts := now.UnixMilli()
-	return origin + ";" + id + ";" + strconv.FormatInt(ts, 10) + ";" + hex.EncodeToString(mac(k[0], origin, id, ts))
+	sum := sha256.Sum256(body)
+	return markerVersion + ";" + origin + ";" + dest + ";" + id + ";" + strconv.FormatInt(ts, 10) + ";" +
+		hex.EncodeToString(mac(m.keys[0], origin, dest, id, ts, sum[:]))
 }
 
 var errBadMarker = errors.New("invalid forwarding marker")
 
-// verify checks a marker and returns the origin region and request id.
-func (k forwardKeys) verify(marker string, now time.Time) (origin, id string, err error) {
+// verify checks a marker received by region dest with body, and returns
+// the origin region and request id. An accepted marker is remembered: the
+// same one again is refused as a replay.
+func (m *markers) verify(marker, dest string, body []byte, now time.Time) (origin, id string, err error) {
 	parts := strings.Split(marker, ";")
-	if len(parts) != 4 || len(marker) > 512 {
+	if len(parts) != 6 || len(marker) > 512 || parts[0] != markerVersion {
 		return "", "", errBadMarker
 	}
-	ts, err := strconv.ParseInt(parts[2], 10, 64)
+	origin, to, id := parts[1], parts[2], parts[3]
+	ts, err := strconv.ParseInt(parts[4], 10, 64)
 	if err != nil {
 		return "", "", errBadMarker
 	}
-	if d := now.Sub(time.UnixMilli(ts)); d > maxMarkerSkew || d < -maxMarkerSkew {
-		return "", "", fmt.Errorf("%w: timestamp outside ±%v", errBadMarker, maxMarkerSkew)
+	if d := now.Sub(time.UnixMilli(ts)); d > MaxMarkerSkew || d < -MaxMarkerSkew {
+		return "", "", fmt.Errorf("%w: timestamp outside ±%v", errBadMarker, MaxMarkerSkew)
 	}
-	got, err := hex.DecodeString(parts[3])
+	got, err := hex.DecodeString(parts[5])
 	if err != nil {
 		return "", "", errBadMarker
 	}
-	for _, key := range k {
-		if hmac.Equal(got, mac(key, parts[0], parts[1], ts)) {
-			return parts[0], parts[1], nil
+	sum := sha256.Sum256(body)
+	verified := false
+	for _, key := range m.keys {
+		if hmac.Equal(got, mac(key, origin, to, id, ts, sum[:])) {
+			verified = true
+			break
 		}
 	}
-	return "", "", fmt.Errorf("%w: MAC does not verify", errBadMarker)
+	switch {
+	case !verified:
+		return "", "", fmt.Errorf("%w: MAC does not verify (another key, or the body or marker was changed)", errBadMarker)
+	case to != dest:
+		return "", "", fmt.Errorf("%w: meant for region %s, not %s", errBadMarker, to, dest)
+	case origin == dest:
+		return "", "", fmt.Errorf("%w: a region does not forward to itself", errBadMarker)
+	}
+	if !m.remember(origin+"\x00"+id, now) {
+		return "", "", fmt.Errorf("%w: replayed (request %s from %s was already accepted)", errBadMarker, id, origin)
+	}
+	return origin, id, nil
+}
+
+// maxSeen bounds the replay cache; past it, markers are refused until the
+// window moves on (a flood of valid markers means a leaked key).
+const maxSeen = 1 << 20
+
+// remember records an accepted marker's key and reports whether it is new.
+func (m *markers) remember(key string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !now.Before(m.sweepAt) || len(m.seen) >= maxSeen {
+		for k, at := range m.seen {
+			if now.Sub(at) > 2*MaxMarkerSkew {
+				delete(m.seen, k)
+			}
+		}
+		m.sweepAt = now.Add(MaxMarkerSkew)
+	}
+	if _, ok := m.seen[key]; ok || len(m.seen) >= maxSeen {
+		return false
+	}
+	m.seen[key] = now
+	return true
 }

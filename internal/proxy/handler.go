@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -53,8 +54,9 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
 		req.Deadline = arrival.Add(s.cfg.MaxWait) // retries do not extend it
 		if marker := r.Header.Get(ForwardHeader); marker != "" {
-			origin, id, err := s.keys.verify(marker, arrival)
+			origin, id, err := s.markers.verify(marker, s.cfg.Region, body, arrival)
 			if err != nil {
+				s.refused(r, "forwarding marker refused", err)
 				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
 				return
 			}
@@ -213,6 +215,16 @@ func (s *Server) account(x *exchange) {
 		}
 	default:
 		s.metrics.requests.WithLabelValues(req.Region, served, "cancelled").Inc()
+	}
+}
+
+// refused logs a security refusal at most once per source address per
+// lograte interval, with how many it held back (a replaying client could
+// otherwise write a line per request).
+func (s *Server) refused(r *http.Request, what string, err error) {
+	source, _, _ := net.SplitHostPort(r.RemoteAddr)
+	if ok, suppressed := s.refusals.Allow(what + "\x00" + source); ok {
+		s.log.Warn(what, "source", source, "err", err, "suppressed", suppressed)
 	}
 }
 

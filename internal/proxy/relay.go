@@ -198,7 +198,10 @@ func (x *exchange) send(ctx context.Context, out *http.Request, o routed) (*http
 			return nil, err
 		}
 		up.URL.Scheme, up.URL.Host = base.Scheme, base.Host
-		up.Header.Set(ForwardHeader, x.s.keys.sign(x.s.cfg.Region, x.req.ID, time.Now()))
+		up.Header.Set(ForwardHeader, x.s.markers.sign(x.s.cfg.Region, p.Region, x.req.ID, x.body, time.Now()))
+		if !x.s.cfg.ForwardAuthorization {
+			up.Header.Del("Authorization") // the client's key stays in its region
+		}
 		if x.req.Residency != "" {
 			up.Header.Set("X-Data-Residency", x.req.Residency)
 		}

@@ -15,6 +15,7 @@ import (
 
 	"skywalker/internal/apierr"
 	"skywalker/internal/httpserve"
+	"skywalker/internal/lograte"
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
@@ -44,7 +45,8 @@ type Server struct {
 	relay      *httputil.ReverseProxy
 	upstream   http.RoundTripper
 	loops      *poolLoops
-	keys       forwardKeys
+	markers    *markers
+	refusals   *lograte.Limiter // security refusals, per source
 	demand     *demand
 	metrics    *metrics
 	handler    http.Handler
@@ -70,7 +72,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	keys, err := newForwardKeys(cfg.GossipKeys, cfg.ClusterLabel)
+	markers, err := newMarkers(cfg.GossipKeys, cfg.ClusterLabel)
 	if err != nil {
 		return nil, fmt.Errorf("gossip key: %w", err)
 	}
@@ -84,7 +86,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		t.ResponseHeaderTimeout = 0 // long prefills are normal
 		transport = t
 	}
-	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), keys: keys,
+	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, refusals: lograte.New(RefusalLogEvery, time.Now),
 		demand: newDemand(cfg.Region), upstream: transport, started: time.Now()}
 	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers, Observe: s.observe})
 	if err != nil {
@@ -96,6 +98,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.handler = s.routes()
 	return s, nil
 }
+
+// RefusalLogEvery is how often one kind of security refusal (a forged or
+// replayed marker) is logged per source address.
+const RefusalLogEvery = 30 * time.Second
 
 // Router is the proxy's router; it is also the mesh's Source.
 func (s *Server) Router() *Router { return s.router }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"skywalker/internal/policy"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
 
@@ -155,5 +156,41 @@ func TestAStalledStreamEndsWithAnErrorEvent(t *testing.T) {
 	}
 	if v := testutilValue(p.srv.metrics.upstreamTimeouts.WithLabelValues("stall")); v != 1 {
 		t.Errorf("upstream_timeouts_total{kind=stall} = %v, want 1", v)
+	}
+}
+
+// The client's Authorization stays in its region unless the operator
+// passes it on; the marker names the peer it was sent to.
+func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
+	for _, pass := range []bool{false, true} {
+		var got http.Header
+		peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got = r.Header.Clone()
+			_, _ = io.Copy(io.Discard, r.Body)
+		}))
+		cfg := DefaultConfig()
+		cfg.Region, cfg.WorkerPool, cfg.ForwardAuthorization = "us-east", []string{"http://127.0.0.1:1"}, pass
+		srv, err := New(cfg, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		body := []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
+		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1"}, body: body}
+		out := httptest.NewRequest("POST", "/v1/chat/completions", nil)
+		out.Header.Set("Authorization", "Bearer sk-secret")
+		o := routed{}
+		o.Peer = &region.Peer{Region: "eu-west", APIAddrs: []string{peer.URL}}
+		resp, err := x.send(context.Background(), out, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		peer.Close()
+		if has := got.Get("Authorization") != ""; has != pass {
+			t.Errorf("forward_authorization=%v: the peer saw Authorization %q", pass, got.Get("Authorization"))
+		}
+		if m := got.Get(ForwardHeader); !strings.HasPrefix(m, "2;us-east;eu-west;us-east-1;") {
+			t.Errorf("marker %q: want it to name origin, destination and id", m)
+		}
 	}
 }
