@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,9 +110,26 @@ func (m *Mesh) Join(seeds []string) (int, error) {
 	}
 	n, err := m.ml.Join(seeds)
 	if err != nil {
-		return n, fmt.Errorf("mesh: join %v: %w", seeds, err)
+		return n, fmt.Errorf("mesh: join %v: %s: %w", seeds, JoinFailure(err), err)
 	}
 	return n, nil
+}
+
+// JoinFailure says in words why a join failed, from memberlist's error:
+// another key, another cluster label, or a seed that cannot be reached.
+func JoinFailure(err error) string {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "decrypt") || strings.Contains(msg, "encryption"):
+		return "the seed uses another gossip key (SKYWALKER_GOSSIP_KEY), or encrypts where this node does not"
+	case strings.Contains(msg, "EOF") || strings.Contains(msg, "connection reset"):
+		return "the seed hung up: it belongs to another mesh (SKYWALKER_CLUSTER_LABEL), or uses another gossip key"
+	case strings.Contains(msg, "refused") || strings.Contains(msg, "timeout") || strings.Contains(msg, "no route") ||
+		strings.Contains(msg, "no such host") || strings.Contains(msg, "unreachable"):
+		return "the seed is unreachable: nothing listens there, or a firewall drops it (gossip needs TCP and UDP)"
+	default:
+		return "the seed refused this node"
+	}
 }
 
 // Name is this node's id.

@@ -269,7 +269,9 @@ func TestSecurity(t *testing.T) {
 	t.Run("a node with the wrong key cannot join", func(t *testing.T) {
 		other := base64.StdEncoding.EncodeToString([]byte("fedcba9876543210"))
 		bad := startNode(t, links, "eu-west", "wrong-key", func(c *Config) { c.Keys = []string{other} })
-		_, _ = bad.Join([]string{good.Addr()})
+		if _, err := bad.Join([]string{good.Addr()}); err == nil || !strings.Contains(err.Error(), "another gossip key") {
+			t.Errorf("join with the wrong key: err = %v, want it to say the seed uses another gossip key", err)
+		}
 		time.Sleep(500 * time.Millisecond)
 		if len(good.Members()) != 1 || len(bad.Members()) != 1 {
 			t.Errorf("members %v / %v: a node with another key must not join", good.Members(), bad.Members())
@@ -277,7 +279,12 @@ func TestSecurity(t *testing.T) {
 	})
 	t.Run("a mesh with another label is ignored", func(t *testing.T) {
 		alien := startNode(t, links, "eu-west", "alien", func(c *Config) { c.Label = "another-mesh" })
-		_, _ = alien.Join([]string{good.Addr()})
+		if _, err := alien.Join([]string{good.Addr()}); err == nil || !strings.Contains(err.Error(), "SKYWALKER_CLUSTER_LABEL") {
+			t.Errorf("join with another label: err = %v, want it to name the cluster label", err)
+		}
+		if _, err := alien.Join([]string{"127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "unreachable") {
+			t.Errorf("join of a closed port: err = %v, want it called unreachable", err)
+		}
 		time.Sleep(500 * time.Millisecond)
 		if len(good.Members()) != 1 || len(alien.Members()) != 1 {
 			t.Errorf("members %v / %v: meshes with different labels must not merge", good.Members(), alien.Members())

@@ -7,15 +7,27 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"skywalker/internal/lograte"
+	"skywalker/internal/mesh"
 )
 
 // JoinPeers joins the mesh through the configured peers (proxy.Config
 // Peers), retrying every retry until one answers or ctx ends: a peer given
 // by URL is asked for its gossip address (/v1/skywalker/gossip), a
 // host:port is one. It returns how many nodes it reached.
+//
+// Every failure says why (another key, another label, unreachable); the
+// same failure is logged at most once per JoinLogEvery.
 func (n *Node) JoinPeers(ctx context.Context, retry time.Duration) int {
 	if n.Mesh == nil || len(n.cfg.Peers) == 0 {
 		return 0
+	}
+	limit := lograte.New(JoinLogEvery, time.Now)
+	warn := func(msg string, args ...any) {
+		if ok, suppressed := limit.Allow(msg + fmt.Sprint(args...)); ok {
+			n.log.Warn(msg, append(args, "retry", retry.String(), "suppressed", suppressed)...)
+		}
 	}
 	for {
 		var seeds []string
@@ -26,7 +38,7 @@ func (n *Node) JoinPeers(ctx context.Context, retry time.Duration) int {
 			}
 			addr, err := gossipAddrOf(ctx, p.Addr)
 			if err != nil {
-				n.log.Debug("peer not reachable yet", "peer", p.Region, "err", err)
+				warn("peer proxy not reachable; retrying", "peer", p.Region, "url", p.Addr, "err", err)
 				continue
 			}
 			seeds = append(seeds, addr)
@@ -37,7 +49,11 @@ func (n *Node) JoinPeers(ctx context.Context, retry time.Duration) int {
 				n.log.Info("joined mesh", "contacted", reached)
 				return reached
 			}
-			n.log.Warn("join mesh failed; retrying", "seeds", seeds, "err", err, "retry", retry.String())
+			why := "no seed answered"
+			if err != nil {
+				why = mesh.JoinFailure(err)
+			}
+			warn("join mesh failed; retrying", "seeds", strings.Join(seeds, ","), "why", why, "err", err)
 		}
 		select {
 		case <-ctx.Done():
@@ -46,6 +62,9 @@ func (n *Node) JoinPeers(ctx context.Context, retry time.Duration) int {
 		}
 	}
 }
+
+// JoinLogEvery is how often the same join failure is logged.
+const JoinLogEvery = 30 * time.Second
 
 // gossipAddrOf asks a peer proxy for its mesh address.
 func gossipAddrOf(ctx context.Context, base string) (string, error) {
