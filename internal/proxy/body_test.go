@@ -10,11 +10,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"skywalker/internal/testwait"
 )
 
 // serveOne starts one proxy in front of the given replicas, with the
@@ -205,4 +208,103 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// Past the body budget a request is refused 429 + Retry-After; a declared
+// length that does not fit is refused before a byte of it is read.
+func TestTheBodyBudgetRefusesWhatItCannotHold(t *testing.T) {
+	backend, upstream := countingBackend(t)
+	addr := serveOne(t, []string{backend.URL}, func(c *Config) { c.BodyBudget = 100 << 10 })
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 200<<10)
+	resp, body := readResponse(t, conn) // no body sent: the answer must not wait for it
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "body_budget") {
+		t.Errorf("declared over the budget: status %d Retry-After %q %s; want 429 with a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	// Chunked (no length declared): refused once what arrived passes it.
+	big := `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 300<<10) + `"}]}`
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", io.MultiReader(strings.NewReader(big)))
+	req.ContentLength = -1
+	r2, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.Body.Close()
+	if r2.StatusCode != 429 {
+		t.Errorf("chunked body over the budget: status %d, want 429", r2.StatusCode)
+	}
+	small := `{"messages":[{"role":"user","content":"hi"}]}`
+	r3, err := http.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(small))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r3.Body.Close()
+	if r3.StatusCode != 200 || upstream.Load() != 1 {
+		t.Errorf("a body within the budget: status %d, %d upstream; want it served (the refused ones gave their bytes back)", r3.StatusCode, upstream.Load())
+	}
+}
+
+// 100 clients that declare 16 MiB bodies and send a trickle: the proxy's
+// memory grows with what arrived, not with what was declared.
+func TestDeclaredButUnsentBodiesCostLittleMemory(t *testing.T) {
+	backend, _ := countingBackend(t)
+	p := startSolo(t, []string{backend.URL}, nil)
+	addr := p.addr
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range 100 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n{\"messages\":[{\"role\":\"user\",\"content\":\"%s", 16<<20, strings.Repeat("a", 1000))
+	}
+	var after runtime.MemStats
+	testwait.Eventually(t, 30*time.Second, "the proxy to read what the 100 clients sent", func() (bool, string) {
+		n := p.srv.bodyBytes.Load()
+		return n >= 100*1000, fmt.Sprintf("%d bytes of bodies held", n)
+	})
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 100<<20 {
+		t.Errorf("heap grew %d MiB for 100 declared 16 MiB bodies of which 1 KB arrived; want at most 100", grew>>20)
+	} else {
+		t.Logf("heap grew %d MiB for 100 declared 16 MiB bodies (1 KB each arrived)", grew>>20)
+	}
+}
+
+// Idle keep-alive connections are closed by the idle timeout.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	backend, _ := countingBackend(t)
+	addr := serveOne(t, []string{backend.URL}, func(c *Config) { c.IdleTimeout = 300 * time.Millisecond })
+	var conns []net.Conn
+	for range 200 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+		fmt.Fprintf(c, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+		if resp, _ := readResponse(t, c); resp.StatusCode != 200 {
+			t.Fatalf("health: %d", resp.StatusCode)
+		}
+	}
+	for i, c := range conns {
+		_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("connection %d: read %d bytes, err %v; want the server to have closed it (EOF) by the idle timeout", i, n, err)
+		}
+	}
 }

@@ -63,7 +63,12 @@ type Config struct {
 	// SKYWALKER_MIN_BODY_RATE bytes/s, default 32 KiB).
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	MinBodyRate int           `yaml:"min_body_rate"`
-	Retries     int           `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
+	// BodyBudget bounds the bytes of request bodies the proxy holds at
+	// once (received and not yet done with); a body that would go past it
+	// is refused 429 + Retry-After, before it is read if its length is
+	// declared (SKYWALKER_BODY_BUDGET; default 512 MiB).
+	BodyBudget int `yaml:"body_budget"`
+	Retries    int `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
 	// FirstByteTimeout bounds an attempt's wait for its first byte; past
 	// it the target is counted failed (ejected by the passive rule) and
 	// the request retried elsewhere (SKYWALKER_FIRST_BYTE_TIMEOUT; default
@@ -128,7 +133,7 @@ func DefaultConfig() Config {
 	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: cp.MaxWANRTT, ClusterLabel: "skywalker",
 		MeshPreset: "wan", GossipBudget: mesh.DefaultGossipBudget, Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
-		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, StallTimeout: 30 * time.Second,
+		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, BodyBudget: 512 << 20, StallTimeout: 30 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
 		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
 		ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
@@ -312,6 +317,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	integer("SKYWALKER_GOSSIP_BUDGET", &c.GossipBudget)
 	integer("SKYWALKER_MAX_BODY_BYTES", &c.MaxBodyBytes)
 	integer("SKYWALKER_MIN_BODY_RATE", &c.MinBodyRate)
+	integer("SKYWALKER_BODY_BUDGET", &c.BodyBudget)
 	duration("SKYWALKER_BODY_TIMEOUT", &c.BodyTimeout)
 	duration("SKYWALKER_FIRST_BYTE_TIMEOUT", &c.FirstByteTimeout)
 	duration("SKYWALKER_STALL_TIMEOUT", &c.StallTimeout)
@@ -443,7 +449,7 @@ func (c *Config) Validate() error {
 		name string
 		v    int
 	}{{"max_in_flight", c.MaxInFlight}, {"max_queue", c.MaxQueue}, {"max_body_bytes", c.MaxBodyBytes}, {"eject_after", c.EjectAfter},
-		{"min_body_rate (SKYWALKER_MIN_BODY_RATE)", c.MinBodyRate},
+		{"min_body_rate (SKYWALKER_MIN_BODY_RATE)", c.MinBodyRate}, {"body_budget (SKYWALKER_BODY_BUDGET)", c.BodyBudget},
 		{"replica_cache_tokens (SKYWALKER_REPLICA_CACHE_TOKENS)", c.ReplicaCacheTokens}, {"bytes_per_token (SKYWALKER_BYTES_PER_TOKEN)", c.BytesPerToken}} {
 		if f.v <= 0 {
 			bad(f.name, "must be positive")

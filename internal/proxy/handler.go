@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"skywalker/internal/apierr"
@@ -30,9 +31,16 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		s.active.Add(1)
 		defer s.active.Done()
 		arrival := time.Now()
+		rc := http.NewResponseController(w)
+		if declared := r.ContentLength; declared > 0 && s.bodyBytes.Load()+declared > int64(s.cfg.BodyBudget) {
+			abandonBody(rc, r)
+			s.reject(w, errBodyBudget, "overloaded")
+			return
+		}
 		bufp := bodyBuffers.get(r.ContentLength)
-		paced := pacedBody{body: r.Body, rc: http.NewResponseController(w), start: arrival,
-			grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate)}
+		paced := pacedBody{body: r.Body, rc: rc, start: arrival,
+			grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate), held: &s.bodyBytes, budget: int64(s.cfg.BodyBudget)}
+		defer paced.release()
 		req, body, err := request.ParseFrom(kind, &paced, r.ContentLength, *bufp,
 			request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes, BytesPerToken: s.cfg.BytesPerToken})
 		defer func() {
@@ -40,10 +48,12 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			bodyBuffers.put(bufp)
 		}()
 		if err != nil {
-			// Closed unread, the body is not drained at the client's pace
-			// before the answer: the connection closes after it instead.
-			_ = r.Body.Close()
-			s.reject(w, err, "bad_request")
+			abandonBody(rc, r)
+			outcome := "bad_request"
+			if e, ok := apierr.As(err); ok && e.Code == apierr.Overloaded {
+				outcome = "overloaded"
+			}
+			s.reject(w, err, outcome)
 			return
 		}
 		_ = paced.rc.SetReadDeadline(time.Time{}) // the body is in; the connection may idle again
@@ -78,25 +88,48 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 	}
 }
 
+// abandonBody gives up on the rest of a request body: the server would
+// otherwise read (up to 256 KB of) it at the client's pace before sending
+// the answer; the connection closes after the answer instead.
+func abandonBody(rc *http.ResponseController, r *http.Request) {
+	_ = rc.SetReadDeadline(time.Now())
+	_ = r.Body.Close()
+}
+
 // pacedBody enforces a least upload rate on a request body: each read must
 // end by start + grace + received/rate, so a client that stops sending, or
 // dribbles, is cut off (the parse fails with a 408) instead of holding a
-// goroutine and a buffer; one that keeps the rate is never hurried.
+// goroutine and a buffer; one that keeps the rate is never hurried. It
+// also counts what it received against the proxy's budget for bytes held
+// in request bodies: past it, the read fails with a 429.
 type pacedBody struct {
 	body     io.Reader
 	rc       *http.ResponseController
 	start    time.Time
 	grace    time.Duration
 	rate     float64 // bytes per second
-	received int
+	received int64
+	held     *atomic.Int64 // bytes in every request body held now
+	budget   int64
 }
+
+// errBodyBudget refuses a body the proxy has no room to hold.
+var errBodyBudget = &apierr.Error{Code: apierr.Overloaded, RetryAfter: time.Second,
+	Message: "the proxy holds as many request bodies as it may (body_budget); retry shortly"}
 
 func (p *pacedBody) Read(b []byte) (int, error) {
 	_ = p.rc.SetReadDeadline(p.start.Add(p.grace + time.Duration(float64(p.received)/p.rate*float64(time.Second))))
 	n, err := p.body.Read(b)
-	p.received += n
+	p.received += int64(n)
+	if p.held.Add(int64(n)) > p.budget && err == nil {
+		err = errBodyBudget
+	}
 	return n, err
 }
+
+// release gives back what the body counted against the budget, when the
+// request ends (its body is held until then: retries resend it).
+func (p *pacedBody) release() { p.held.Add(-p.received) }
 
 // The headers a client steers its request with, besides the body's
 // metadata (see README "Talking to SkyWalker").
@@ -133,7 +166,7 @@ func (s *Server) applyHeaders(req *request.Request, h http.Header) error {
 // bodyBuffers recycles request body buffers in size classes, so that a
 // long-context body (400 KB, ~100k tokens) reads into a reused buffer of
 // its size instead of growing one by copies.
-var bodyBuffers = newSizedPool(4<<20, 64<<10, 256<<10, 1<<20)
+var bodyBuffers = newSizedPool(4<<20, 64<<10, 256<<10, 512<<10)
 
 // sizedPool is a sync.Pool per buffer size class.
 type sizedPool struct {
@@ -152,8 +185,9 @@ func newSizedPool(maxKept int, sizes ...int) *sizedPool {
 
 // get returns a buffer of the smallest class that holds a body of the
 // declared size (-1: unknown). A declaration is trusted up to the largest
-// class only: beyond it the buffer grows with what arrives, so bodies that
-// are declared and never sent cost little.
+// class only (512 KiB: a 100k-token prompt): beyond it the buffer grows
+// with what arrives, so bodies that are declared and never sent cost
+// little.
 func (p *sizedPool) get(declared int64) *[]byte {
 	i := 0
 	for i < len(p.sizes)-1 && declared > int64(p.sizes[i]) {

@@ -51,6 +51,7 @@ type Server struct {
 	metrics    *metrics
 	handler    http.Handler
 	draining   atomic.Bool
+	bodyBytes  atomic.Int64 // bytes received in request bodies held now
 	active     sync.WaitGroup
 	ids        atomic.Uint64
 	started    time.Time
