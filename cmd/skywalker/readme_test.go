@@ -17,7 +17,7 @@ func TestTheREADMEDocumentsEverySetting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range proxy.EnvVars {
+	for _, name := range proxy.EnvVars() {
 		if !strings.Contains(string(readme), "`"+name+"`") {
 			t.Errorf("README does not document %s", name)
 		}

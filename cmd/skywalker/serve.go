@@ -51,6 +51,7 @@ MAX_WAN_RTT_THRESHOLD_MS, SKYWALKER_*), then --config YAML, then defaults.`,
 	f := cmd.Flags()
 	f.StringVar(&configFile, "config", "", "YAML configuration file")
 	f.StringVar(&flagCfg.Listen, "listen", flagCfg.Listen, "HTTP listen address")
+	f.StringVar(&flagCfg.AdminListen, "admin-listen", "", "admin listener for /metrics, /debug/skywalker, /debug/pprof (default 127.0.0.1:<listen port+100>; off for none) (SKYWALKER_ADMIN_LISTEN)")
 	f.StringVar(&flagCfg.GossipBind, "gossip-bind", flagCfg.GossipBind, "mesh (memberlist) listen address")
 	f.StringVar(&flagCfg.GossipAdvertise, "gossip-advertise", "", "mesh address peers should use (host:port)")
 	f.StringVar(&flagCfg.AdvertiseURL, "advertise-url", "", "this proxy's URL as peers reach it")
@@ -91,6 +92,7 @@ func loadServeConfig(flags *pflag.FlagSet, file string, getenv func(string) stri
 		}
 	}
 	set("listen", func() { cfg.Listen = fromFlags.Listen })
+	set("admin-listen", func() { cfg.AdminListen = fromFlags.AdminListen })
 	set("gossip-bind", func() { cfg.GossipBind = fromFlags.GossipBind })
 	set("gossip-advertise", func() { cfg.GossipAdvertise = fromFlags.GossipAdvertise })
 	set("advertise-url", func() { cfg.AdvertiseURL = fromFlags.AdvertiseURL })

@@ -129,7 +129,7 @@ func proxyConfig(c corev1.Container, secrets map[string]string) (proxy.Config, e
 		default:
 			env[e.Name] = strings.ReplaceAll(e.Value, "$(POD_IP)", env["POD_IP"])
 		}
-		if e.Name != "POD_IP" && !slices.Contains(proxy.EnvVars, e.Name) {
+		if e.Name != "POD_IP" && !slices.Contains(proxy.EnvVars(), e.Name) {
 			return proxy.Config{}, fmt.Errorf("env %s is not read by skywalker serve", e.Name)
 		}
 	}
@@ -186,6 +186,9 @@ func TestEveryExampleRendersToValidObjectsTheBinaryAccepts(t *testing.T) {
 				if err != nil {
 					t.Errorf("%s: skywalker serve would refuse this configuration: %v", d.Name, err)
 					continue
+				}
+				if pod.Annotations["prometheus.io/port"] != "9100" || cfg.AdminAddr() != ":9100" {
+					t.Errorf("%s: Prometheus scrapes port %s, the admin listener is %q; want both 9100", d.Name, pod.Annotations["prometheus.io/port"], cfg.AdminAddr())
 				}
 				if cfg.Region != values["region"] || cfg.Listen != ":9000" || cfg.GossipBind != ":7946" || len(cfg.GossipKeys) != 1 {
 					t.Errorf("%s: region %q, listen %s, gossip %s, %d keys", d.Name, cfg.Region, cfg.Listen, cfg.GossipBind, len(cfg.GossipKeys))

@@ -99,7 +99,8 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		c.Regions[0].URL, Model)
 	fmt.Fprintf(view, "\n  from openai import OpenAI\n  client = OpenAI(base_url=\"%s/v1\", api_key=\"unused\")\n  print(client.chat.completions.create(model=\"%s\", messages=[{\"role\": \"user\", \"content\": \"Hello!\"}]).choices[0].message.content)\n",
 		c.Regions[0].URL, Model)
-	fmt.Fprintf(view, "\n  Other regions: %s. /debug/skywalker shows each proxy's view, gates and decisions.\n", c.Regions[1].URL+", "+c.Regions[2].URL)
+	fmt.Fprintf(view, "\n  Other regions: %s. Each proxy's view, gates and decisions: %s/debug/skywalker (and the others' admin ports: %s, %s).\n",
+		c.Regions[1].URL+", "+c.Regions[2].URL, c.Regions[0].AdminURL, c.Regions[1].AdminURL, c.Regions[2].AdminURL)
 	if opt.Duration > 0 {
 		left := time.Until(start.Add(opt.Duration)).Round(time.Second)
 		fmt.Fprintf(view, "\nThe mesh serves for %v more (--duration %v); Ctrl-C stops it sooner.\n", max(left, 0), opt.Duration)

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"sync"
@@ -46,13 +47,17 @@ type Options struct {
 type Node struct {
 	Region string
 	URL    string // the proxy's base URL as peers reach it
-	Proxy  *proxy.Server
-	Mesh   *mesh.Mesh // nil for a region running alone (no peers, no key)
+	// AdminURL is the admin listener's base URL (/metrics,
+	// /debug/skywalker, /debug/pprof/); "" when it is off.
+	AdminURL string
+	Proxy    *proxy.Server
+	Mesh     *mesh.Mesh // nil for a region running alone (no peers, no key)
 
 	cfg      proxy.Config
 	log      *slog.Logger
 	listener net.Listener
 	loops    context.CancelFunc // scrapes, health checks, pumping
+	admin    net.Listener       // nil when off
 	serving  context.CancelFunc // the HTTP server (cancel to drain)
 	served   chan error
 	stopOnce sync.Once
@@ -132,9 +137,22 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 		l.Close()
 		return nil, err
 	}
+	if addr := cfg.AdminAddr(); addr != "" {
+		if n.admin, err = net.Listen("tcp", addr); err != nil {
+			stopLoops()
+			n.closeMesh(false)
+			l.Close()
+			return nil, fmt.Errorf("admin listener on %s (SKYWALKER_ADMIN_LISTEN; off for none): %w", addr, err)
+		}
+		n.AdminURL = "http://" + n.admin.Addr().String()
+	}
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	n.loops, n.serving = stopLoops, stopServing
 	go func() { n.served <- srv.Serve(serveCtx, l) }()
+	if n.admin != nil {
+		admin := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = admin.Serve(n.admin) }() // ends when the node closes the listener
+	}
 	if err := ctx.Err(); err != nil {
 		n.Kill()
 		return nil, err
@@ -198,8 +216,15 @@ func (n *Node) Shutdown() error {
 		err = <-n.served
 		n.closeMesh(true)
 		n.loops()
+		n.closeAdmin()
 	})
 	return err
+}
+
+func (n *Node) closeAdmin() {
+	if n.admin != nil {
+		_ = n.admin.Close()
+	}
 }
 
 // Kill stops the node at once, as a crash would: no drain, no leave
@@ -210,6 +235,7 @@ func (n *Node) Kill() {
 		n.listener.Close() // the server stops at once, without draining
 		n.serving()
 		n.loops()
+		n.closeAdmin()
 	})
 }
 

@@ -27,6 +27,11 @@ type Config struct {
 	NodeID       string `yaml:"node_id"`      // SKYWALKER_NODE_ID; default region + listen address
 
 	Listen          string `yaml:"listen"`           // HTTP, default :9000
+	// AdminListen serves /metrics, /debug/skywalker and /debug/pprof
+	// (SKYWALKER_ADMIN_LISTEN); default loopback on the client port + 100
+	// (127.0.0.1:9100 for :9000), "off" for none. Never the client port:
+	// what a proxy sees and its profiles are not for its clients.
+	AdminListen string `yaml:"admin_listen"`
 	AdvertiseURL    string `yaml:"advertise_url"`    // SKYWALKER_ADVERTISE_URL: how peers reach this proxy
 	GossipBind      string `yaml:"gossip_bind"`      // default :7946
 	GossipAdvertise string `yaml:"gossip_advertise"` // SKYWALKER_GOSSIP_ADVERTISE host:port
@@ -68,6 +73,12 @@ type Config struct {
 	// is refused 429 + Retry-After, before it is read if its length is
 	// declared (SKYWALKER_BODY_BUDGET; default 512 MiB).
 	BodyBudget int `yaml:"body_budget"`
+	// PriorityMin and PriorityMax bound the body's vLLM "priority" (lower
+	// runs first at an engine with priority scheduling); a value outside
+	// is a 400 (SKYWALKER_PRIORITY_MIN / SKYWALKER_PRIORITY_MAX; default 0
+	// and 0: clients may not reorder the engines' queues).
+	PriorityMin int `yaml:"priority_min"`
+	PriorityMax int `yaml:"priority_max"`
 	Retries    int `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
 	// FirstByteTimeout bounds an attempt's wait for its first byte; past
 	// it the target is counted failed (ejected by the passive rule) and
@@ -118,6 +129,23 @@ type Config struct {
 	EjectAfter      int           `yaml:"eject_after"`      // consecutive failures; default 3
 	DrainTimeout    time.Duration `yaml:"drain_timeout"`    // SKYWALKER_DRAIN_TIMEOUT: graceful shutdown; default 30 s
 	IdleTimeout     time.Duration `yaml:"idle_timeout"`     // SKYWALKER_IDLE_TIMEOUT: idle keep-alive connections; default 60 s
+}
+
+// AdminAddr is the address the admin listener binds ("" when off): as
+// configured, or loopback on the client port + 100.
+func (c Config) AdminAddr() string {
+	switch c.AdminListen {
+	case "off":
+		return ""
+	case "":
+		_, port, err := net.SplitHostPort(c.Listen)
+		n, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || n == 0 || n+100 > 65535 {
+			return "127.0.0.1:0"
+		}
+		return net.JoinHostPort("127.0.0.1", strconv.Itoa(n+100))
+	}
+	return c.AdminListen
 }
 
 // PeerSeed is one PEER_REGIONS entry.
@@ -208,15 +236,14 @@ func (c *Config) ApplyYAML(data []byte) error {
 	return nil
 }
 
-// EnvVars are the environment variables ApplyEnv reads.
-var EnvVars = []string{"REGION_ID", "PEER_REGIONS", "LOCAL_WORKER_POOL", "MAX_WAN_RTT_THRESHOLD_MS", "SKYWALKER_JURISDICTION",
-	"SKYWALKER_NODE_ID", "SKYWALKER_LISTEN", "SKYWALKER_ADVERTISE_URL", "SKYWALKER_GOSSIP_BIND", "SKYWALKER_GOSSIP_ADVERTISE",
-	"SKYWALKER_CLUSTER_LABEL", "SKYWALKER_MESH_PRESET", "SKYWALKER_GOSSIP_BUDGET", "SKYWALKER_POLICY", "SKYWALKER_PROFILE", "SKYWALKER_GOSSIP_KEY",
-	"SKYWALKER_INSECURE_GOSSIP", "SKYWALKER_MAX_IN_FLIGHT", "SKYWALKER_MAX_QUEUE", "SKYWALKER_MAX_BODY_BYTES", "SKYWALKER_RETRIES",
-	"SKYWALKER_EJECT_AFTER", "SKYWALKER_MAX_WAIT", "SKYWALKER_SCRAPE_INTERVAL", "SKYWALKER_RESOLVE_INTERVAL", "SKYWALKER_DRAIN_TIMEOUT",
-	"SKYWALKER_TTFT_SLO", "SKYWALKER_TTFT_SLO_CRITICAL", "SKYWALKER_TTFT_SLO_SHEDDABLE", "SKYWALKER_TENANT_HEADER",
-	"SKYWALKER_FAIR_QUEUING", "SKYWALKER_TENANT_MAX_HELD", "SKYWALKER_MODEL_ALIASES", "SKYWALKER_REPLICA_CACHE_TOKENS",
-	"SKYWALKER_BYTES_PER_TOKEN", "SKYWALKER_EMULATE_WAN"}
+// EnvVars returns the environment variables ApplyEnv reads, in the order
+// it reads them (asked of ApplyEnv itself, so the list cannot drift).
+func EnvVars() []string {
+	var names []string
+	c := DefaultConfig()
+	_ = c.ApplyEnv(func(name string) string { names = append(names, name); return "" })
+	return names
+}
 
 // ApplyEnv overlays the environment (getenv is os.Getenv in production).
 func (c *Config) ApplyEnv(getenv func(string) string) error {
@@ -250,6 +277,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	str("SKYWALKER_JURISDICTION", &c.Jurisdiction)
 	str("SKYWALKER_NODE_ID", &c.NodeID)
 	str("SKYWALKER_LISTEN", &c.Listen)
+	str("SKYWALKER_ADMIN_LISTEN", &c.AdminListen)
 	str("SKYWALKER_ADVERTISE_URL", &c.AdvertiseURL)
 	str("SKYWALKER_GOSSIP_BIND", &c.GossipBind)
 	str("SKYWALKER_GOSSIP_ADVERTISE", &c.GossipAdvertise)
@@ -318,6 +346,8 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	integer("SKYWALKER_MAX_BODY_BYTES", &c.MaxBodyBytes)
 	integer("SKYWALKER_MIN_BODY_RATE", &c.MinBodyRate)
 	integer("SKYWALKER_BODY_BUDGET", &c.BodyBudget)
+	integer("SKYWALKER_PRIORITY_MIN", &c.PriorityMin)
+	integer("SKYWALKER_PRIORITY_MAX", &c.PriorityMax)
 	duration("SKYWALKER_BODY_TIMEOUT", &c.BodyTimeout)
 	duration("SKYWALKER_FIRST_BYTE_TIMEOUT", &c.FirstByteTimeout)
 	duration("SKYWALKER_STALL_TIMEOUT", &c.StallTimeout)
@@ -439,6 +469,13 @@ func (c *Config) Validate() error {
 	default:
 		bad("mesh_preset", "must be wan, lan or local")
 	}
+	if a := c.AdminListen; a != "" && a != "off" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("admin_listen (SKYWALKER_ADMIN_LISTEN)", "%q is not host:port (or off)", a)
+		} else if a == c.Listen {
+			bad("admin_listen (SKYWALKER_ADMIN_LISTEN)", "must not be the client port %s", c.Listen)
+		}
+	}
 	if c.MaxWANRTT <= 0 {
 		bad("max_wan_rtt (MAX_WAN_RTT_THRESHOLD_MS)", "must be positive")
 	}
@@ -454,6 +491,9 @@ func (c *Config) Validate() error {
 		if f.v <= 0 {
 			bad(f.name, "must be positive")
 		}
+	}
+	if c.PriorityMin > c.PriorityMax {
+		bad("priority_min (SKYWALKER_PRIORITY_MIN)", "%d is above priority_max %d", c.PriorityMin, c.PriorityMax)
 	}
 	if c.FirstByteTimeout < 0 {
 		bad("first_byte_timeout (SKYWALKER_FIRST_BYTE_TIMEOUT)", "must not be negative (0 derives it from the TTFT estimate)")

@@ -126,7 +126,7 @@ func TestOverloadIsRefusedAtOnceWithRetryAfter(t *testing.T) {
 			t.Errorf("a request that asked to wait got %d: %.200s", r.status, r.body)
 		}
 	}
-	resp, err := http.Get(us.URL + "/metrics")
+	resp, err := http.Get(us.AdminURL + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,7 +66,7 @@ func TestEnginesWithoutMetricsAreHeldAndForwardedWithTheDefaults(t *testing.T) {
 	t.Logf("burst served %v", served)
 	// The proxy learned the one slot: its cap for each replica is a few
 	// requests, not max_in_flight's 64, so the rest waited in the balancer.
-	page := metricsPage(t, us.URL)
+	page := metricsPage(t, us.AdminURL)
 	for _, e := range us.Engines {
 		host := strings.TrimPrefix(e.URL, "http://")
 		line := metricLine(page, `skywalker_replica_dispatch_cap{region="us-east",replica="`+host+`"}`)
@@ -187,20 +187,20 @@ func TestOutcomesTellTheTruth(t *testing.T) {
 	us := c.Region("us-east")
 	long := chat("tell me a long story", 400, true, "")
 
-	okBefore := requestsTotal(t, us.URL, "ok")
+	okBefore := requestsTotal(t, us.AdminURL, "ok")
 	if got := streamUntil(t, us.URL, chat("short", 4, true, ""), "data: [DONE]", nil); !strings.Contains(got, "[DONE]") {
 		t.Fatalf("no [DONE] in %q", got)
 	}
 	nodetest.Eventually(t, 30*time.Second, "the complete stream counted ok", func() (bool, string) {
-		n := requestsTotal(t, us.URL, "ok")
+		n := requestsTotal(t, us.AdminURL, "ok")
 		return n == okBefore+1, fmt.Sprintf("ok went from %v to %v; cancelled %v, failed_midstream %v", okBefore, n,
-			requestsTotal(t, us.URL, "cancelled"), requestsTotal(t, us.URL, "failed_midstream"))
+			requestsTotal(t, us.AdminURL, "cancelled"), requestsTotal(t, us.AdminURL, "failed_midstream"))
 	})
 
 	abortedBefore := abortedAt(t, us.Engines[0].URL)
 	streamUntil(t, us.URL, long, `"content":"`, nil) // the first token, then hang up
 	nodetest.Eventually(t, 30*time.Second, "the hang-up counted cancelled and aborted at the engine", func() (bool, string) {
-		cancelled, aborted := requestsTotal(t, us.URL, "cancelled"), abortedAt(t, us.Engines[0].URL)
+		cancelled, aborted := requestsTotal(t, us.AdminURL, "cancelled"), abortedAt(t, us.Engines[0].URL)
 		return cancelled >= 1 && aborted == abortedBefore+1, fmt.Sprintf("cancelled %v, engine aborted %v (was %v)", cancelled, aborted, abortedBefore)
 	})
 
@@ -213,7 +213,7 @@ func TestOutcomesTellTheTruth(t *testing.T) {
 		return aborted == euAborted+1, fmt.Sprintf("eu-west engine aborted %v (was %v)", aborted, euAborted)
 	})
 
-	failedBefore := requestsTotal(t, us.URL, "failed_midstream")
+	failedBefore := requestsTotal(t, us.AdminURL, "failed_midstream")
 	done := make(chan string)
 	go func() { done <- streamUntil(t, us.URL, long, "data: [DONE]", nil) }()
 	time.Sleep(800 * time.Millisecond)
@@ -222,7 +222,7 @@ func TestOutcomesTellTheTruth(t *testing.T) {
 		t.Errorf("a stream the engine broke ended without an error event: %.300s", body)
 	}
 	nodetest.Eventually(t, 30*time.Second, "the broken stream counted failed_midstream", func() (bool, string) {
-		n := requestsTotal(t, us.URL, "failed_midstream")
+		n := requestsTotal(t, us.AdminURL, "failed_midstream")
 		return n == failedBefore+1, fmt.Sprintf("failed_midstream %v (was %v)", n, failedBefore)
 	})
 }
@@ -276,7 +276,7 @@ func TestAPeerThatLeavesIsReportedUnhealthy(t *testing.T) {
 	}
 	us := c.Region("us-east")
 	nodetest.Eventually(t, 30*time.Second, "us-east reports ap-east unhealthy", func() (bool, string) {
-		v := metricLine(metricsPage(t, us.URL), `skywalker_peer_healthy{peer="ap-east",region="us-east"}`)
+		v := metricLine(metricsPage(t, us.AdminURL), `skywalker_peer_healthy{peer="ap-east",region="us-east"}`)
 		return v == "0", "skywalker_peer_healthy for ap-east: " + v
 	})
 }

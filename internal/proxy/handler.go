@@ -61,6 +61,11 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			s.reject(w, err, "bad_request")
 			return
 		}
+		if p := req.Priority; p < s.cfg.PriorityMin || p > s.cfg.PriorityMax {
+			s.reject(w, apierr.Invalid("priority", "priority %d is outside [%d, %d], the range this deployment allows (SKYWALKER_PRIORITY_MIN, SKYWALKER_PRIORITY_MAX)",
+				p, s.cfg.PriorityMin, s.cfg.PriorityMax), "bad_request")
+			return
+		}
 		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
 		req.Deadline = arrival.Add(s.cfg.MaxWait) // retries do not extend it
 		if marker := r.Header.Get(ForwardHeader); marker != "" {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/http/httputil"
 	"sync"
 	"sync/atomic"
@@ -179,8 +180,6 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	mux.HandleFunc("GET /ready", s.ready)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /debug/skywalker", s.debug)
 	mux.HandleFunc("GET /v1/skywalker/demand", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, s.demand.report()) })
 	mux.HandleFunc("GET /v1/skywalker/gossip", func(w http.ResponseWriter, _ *http.Request) {
 		addr := s.opts.GossipAddr
@@ -192,6 +191,20 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		apierr.Write(w, apierr.New(apierr.NotFound, "no route for %s %s", r.Method, r.URL.Path))
 	})
+	return mux
+}
+
+// AdminHandler serves what is for operators, never on the client port:
+// /metrics, /debug/skywalker and net/http/pprof's /debug/pprof/.
+func (s *Server) AdminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /debug/skywalker", s.debug)
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	return mux
 }
 

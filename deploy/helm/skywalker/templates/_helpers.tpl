@@ -45,7 +45,7 @@ metadata:
     skywalker.io/proxy: {{ .name }}
   annotations:
     prometheus.io/scrape: "true"
-    prometheus.io/port: "9000"
+    prometheus.io/port: "9100"
     prometheus.io/path: /metrics
 spec:
   terminationGracePeriodSeconds: {{ add $root.Values.preStopSeconds $root.Values.drainSeconds 10 }}
@@ -59,6 +59,7 @@ spec:
       args: [serve]
       ports:
         - {name: http, containerPort: 9000, protocol: TCP}
+        - {name: admin, containerPort: 9100, protocol: TCP}
         - {name: gossip-tcp, containerPort: 7946, protocol: TCP}
         - {name: gossip-udp, containerPort: 7946, protocol: UDP}
       env:
@@ -75,6 +76,7 @@ spec:
         - {name: MAX_WAN_RTT_THRESHOLD_MS, value: {{ $root.Values.mesh.maxWanRttMs | quote }}}
         - {name: SKYWALKER_MESH_PRESET, value: {{ $root.Values.mesh.preset | quote }}}
         - {name: SKYWALKER_LISTEN, value: ":9000"}
+        - {name: SKYWALKER_ADMIN_LISTEN, value: ":9100"}  # /metrics for Prometheus; no Service exposes it
         - {name: SKYWALKER_GOSSIP_BIND, value: ":7946"}
         {{- if .advertise }}
         - {name: SKYWALKER_GOSSIP_ADVERTISE, value: {{ printf "%s:7946" .advertise | quote }}}
