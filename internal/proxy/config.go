@@ -26,12 +26,12 @@ type Config struct {
 	Jurisdiction string `yaml:"jurisdiction"` // SKYWALKER_JURISDICTION, e.g. "eu"
 	NodeID       string `yaml:"node_id"`      // SKYWALKER_NODE_ID; default region + listen address
 
-	Listen          string `yaml:"listen"`           // HTTP, default :9000
+	Listen string `yaml:"listen"` // HTTP, default :9000
 	// AdminListen serves /metrics, /debug/skywalker and /debug/pprof
 	// (SKYWALKER_ADMIN_LISTEN); default loopback on the client port + 100
 	// (127.0.0.1:9100 for :9000), "off" for none. Never the client port:
 	// what a proxy sees and its profiles are not for its clients.
-	AdminListen string `yaml:"admin_listen"`
+	AdminListen     string `yaml:"admin_listen"`
 	AdvertiseURL    string `yaml:"advertise_url"`    // SKYWALKER_ADVERTISE_URL: how peers reach this proxy
 	GossipBind      string `yaml:"gossip_bind"`      // default :7946
 	GossipAdvertise string `yaml:"gossip_advertise"` // SKYWALKER_GOSSIP_ADVERTISE host:port
@@ -79,7 +79,7 @@ type Config struct {
 	// and 0: clients may not reorder the engines' queues).
 	PriorityMin int `yaml:"priority_min"`
 	PriorityMax int `yaml:"priority_max"`
-	Retries    int `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
+	Retries     int `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
 	// FirstByteTimeout bounds an attempt's wait for its first byte; past
 	// it the target is counted failed (ejected by the passive rule) and
 	// the request retried elsewhere (SKYWALKER_FIRST_BYTE_TIMEOUT; default
