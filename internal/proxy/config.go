@@ -91,8 +91,14 @@ type Config struct {
 	// ForwardAuthorization passes the client's Authorization header on to
 	// the peer region a request is forwarded to; by default it is stripped
 	// (SKYWALKER_FORWARD_AUTHORIZATION).
-	ForwardAuthorization bool          `yaml:"forward_authorization"`
-	StallTimeout         time.Duration `yaml:"stall_timeout"`
+	ForwardAuthorization bool `yaml:"forward_authorization"`
+	// MidStreamFailover continues a chat stream that breaks midway on
+	// another replica or region, the text so far sent as a partial
+	// assistant turn for the engine to continue (vLLM's and SGLang's
+	// continue_final_message); the client sees one stream
+	// (SKYWALKER_MIDSTREAM_FAILOVER; default false).
+	MidStreamFailover bool          `yaml:"midstream_failover"`
+	StallTimeout      time.Duration `yaml:"stall_timeout"`
 
 	// Admission and fairness (see balancer.Config).
 	TTFTObjective          time.Duration `yaml:"ttft_objective"`           // SKYWALKER_TTFT_SLO: standard requests; default 10 s; 0 turns admission off
@@ -333,6 +339,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	boolean("SKYWALKER_INSECURE_GOSSIP", &c.InsecureGossip)
 	boolean("SKYWALKER_FAIR_QUEUING", &c.FairQueuing)
 	boolean("SKYWALKER_FORWARD_AUTHORIZATION", &c.ForwardAuthorization)
+	boolean("SKYWALKER_MIDSTREAM_FAILOVER", &c.MidStreamFailover)
 	str("SKYWALKER_TENANT_HEADER", &c.TenantHeader)
 	integer("SKYWALKER_TENANT_MAX_HELD", &c.TenantMaxHeld)
 	integer("SKYWALKER_REPLICA_CACHE_TOKENS", &c.ReplicaCacheTokens)

@@ -89,7 +89,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			s.reject(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model", Message: "the model " + strconv.Quote(req.Model) + " is not served here"}, "not_found")
 			return
 		}
-		s.serve(w, r, req, body)
+		s.serve(w, r, kind, req, body)
 	}
 }
 
@@ -216,8 +216,8 @@ func (p *sizedPool) put(b *[]byte) {
 
 // serve relays one parsed request through the ReverseProxy and accounts
 // for how it ended.
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request.Request, body []byte) {
-	x := &exchange{s: s, req: req, body: body, in: r}
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body []byte) {
+	x := &exchange{s: s, kind: kind, req: req, body: body, in: r}
 	defer func() {
 		for _, b := range x.pending {
 			b.wait() // the transport is done with the pooled body buffer

@@ -21,6 +21,7 @@ type metrics struct {
 	// upstreamTimeouts counts attempts the proxy ended: first_byte (none
 	// in time; retried elsewhere), stall (a stream went silent).
 	upstreamTimeouts *prometheus.CounterVec
+	failovers        prometheus.Counter // streams continued elsewhere after breaking midway
 	tenants          *tenantLabels
 }
 
@@ -48,8 +49,10 @@ func newMetrics(region string, r *Router) *metrics {
 	m.upstreamTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "skywalker", Name: "upstream_timeouts_total",
 		Help:        "Attempts the proxy ended: first_byte (no first byte in time; the request is retried elsewhere), stall (a stream sent nothing for the stall timeout).",
 		ConstLabels: constLabels}, []string{"kind"})
+	m.failovers = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "skywalker", Name: "midstream_failovers_total",
+		Help: "Streams that broke midway and were continued on another replica or region (mid-stream failover).", ConstLabels: constLabels})
 	m.tenants = newTenantLabels(maxTenantLabels)
-	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts,
+	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts, m.failovers,
 		stateCollector{r: r, constLabels: constLabels, tenants: m.tenants},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -31,6 +31,7 @@ import (
 // exchange is one client request on its way through the relay.
 type exchange struct {
 	s    *Server
+	kind request.Kind
 	req  *request.Request
 	body []byte
 	in   *http.Request // the client's request
@@ -50,9 +51,11 @@ type exchange struct {
 	// The attempt that reached the client: cancelling its context ends
 	// the upstream exchange; stall fires when no chunk came for
 	// StallTimeout.
-	attempt context.Context
-	cancel  context.CancelCauseFunc
-	stall   *time.Timer
+	out        *http.Request // the outbound request ReverseProxy made
+	attemptCtx context.Context
+	cancel     context.CancelCauseFunc
+	stall      *time.Timer
+	failovers  int // streams continued elsewhere after breaking midway
 }
 
 // Why an attempt's context ended, when the proxy ended it.
@@ -127,7 +130,20 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 	if x == nil {
 		return nil, errors.New("relay: request without an exchange")
 	}
-	ctx := out.Context()
+	x.out = out
+	resp, err := x.attempt(x.body)
+	if err != nil {
+		return nil, err
+	}
+	x.watch(resp)
+	return resp, nil
+}
+
+// attempt routes the request and sends body to the target until one
+// answers with its first byte, retrying elsewhere at most Retries times in
+// all; the response returned is the current attempt (x.target, x.attempt).
+func (x *exchange) attempt(body []byte) (*http.Response, error) {
+	ctx := x.out.Context()
 	for {
 		o, err := x.s.router.Route(ctx, x.req)
 		if err != nil {
@@ -144,12 +160,12 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 		actx, cancel := context.WithCancelCause(ctx)
 		timeout := x.firstByteTimeout(o)
 		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
-		resp, err := x.send(actx, out, o)
+		resp, err := x.send(actx, x.out, o, body)
 		if err == nil && resp.StatusCode < 500 {
 			// Nothing reaches the client before the upstream's first body
 			// byte: until then a failure is retried elsewhere.
 			if err = awaitFirstByte(resp); err == nil && timer.Stop() {
-				x.watch(resp, actx, cancel)
+				x.attemptCtx, x.cancel = actx, cancel
 				return resp, nil
 			}
 			resp.Body.Close()
@@ -181,8 +197,8 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 	}
 }
 
-// send makes one attempt at the routed target, under ctx.
-func (x *exchange) send(ctx context.Context, out *http.Request, o routed) (*http.Response, error) {
+// send makes one attempt at the routed target with body, under ctx.
+func (x *exchange) send(ctx context.Context, out *http.Request, o routed, body []byte) (*http.Response, error) {
 	up := out.Clone(ctx)
 	up.Host = ""
 	var delay time.Duration
@@ -198,7 +214,7 @@ func (x *exchange) send(ctx context.Context, out *http.Request, o routed) (*http
 			return nil, err
 		}
 		up.URL.Scheme, up.URL.Host = base.Scheme, base.Host
-		up.Header.Set(ForwardHeader, x.s.markers.sign(x.s.cfg.Region, p.Region, x.req.ID, x.body, time.Now()))
+		up.Header.Set(ForwardHeader, x.s.markers.sign(x.s.cfg.Region, p.Region, x.req.ID, body, time.Now()))
 		if !x.s.cfg.ForwardAuthorization {
 			up.Header.Del("Authorization") // the client's key stays in its region
 		}
@@ -210,10 +226,10 @@ func (x *exchange) send(ctx context.Context, out *http.Request, o routed) (*http
 		}
 		x.s.metrics.forwarded.WithLabelValues(p.Region).Inc()
 	}
-	body := &bodyReader{Reader: bytes.NewReader(x.body), done: make(chan struct{})}
-	up.Body, up.ContentLength = body, int64(len(x.body))
+	br := &bodyReader{Reader: bytes.NewReader(body), done: make(chan struct{})}
+	up.Body, up.ContentLength = br, int64(len(body))
 	up.GetBody = nil
-	x.pending = append(x.pending, body)
+	x.pending = append(x.pending, br)
 	if delay > 0 && !sleep(ctx, delay) {
 		return nil, ctx.Err()
 	}
@@ -272,16 +288,20 @@ func (b *prefixedBody) Read(p []byte) (int, error) {
 // an event stream, end a broken stream with an error event. cancel ends
 // the attempt's context: when the exchange ends, or when the stream
 // stalls for StallTimeout.
-func (x *exchange) watch(resp *http.Response, attempt context.Context, cancel context.CancelCauseFunc) {
-	x.attempt, x.cancel = attempt, cancel
-	x.stall = time.AfterFunc(x.s.cfg.StallTimeout, func() { cancel(errStalled) })
+func (x *exchange) watch(resp *http.Response) {
+	x.stall = time.AfterFunc(x.s.cfg.StallTimeout, func() { x.cancel(errStalled) })
 	x.status = resp.StatusCode
 	x.servedBy = x.s.cfg.Region
 	if p := x.target.Peer; p != nil {
 		x.servedBy = p.Region
 	}
 	x.counter.sse = bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream"))
-	resp.Body = &watchedBody{x: x, body: resp.Body}
+	wb := &watchedBody{x: x, body: resp.Body}
+	if x.s.cfg.MidStreamFailover && x.counter.sse && x.kind == request.Chat {
+		wb.events = &alignedEvents{src: resp.Body}
+		wb.body = wb.events
+	}
+	resp.Body = wb
 }
 
 // endAttempt gives back what the current attempt took: the replica's slot
@@ -304,7 +324,8 @@ func (x *exchange) endAttempt(how region.Outcome) {
 type watchedBody struct {
 	x      *exchange
 	body   io.ReadCloser
-	failed error // the upstream broke mid-body
+	events *alignedEvents // whole events only, for mid-stream failover; nil when off
+	failed error          // the upstream broke mid-body
 	tail   []byte
 	closed bool
 }
@@ -323,7 +344,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.body.Read(p)
 	x := b.x
-	if err != nil && err != io.EOF && x.attempt != nil && context.Cause(x.attempt) == errStalled {
+	if err != nil && err != io.EOF && x.attemptCtx != nil && context.Cause(x.attemptCtx) == errStalled {
 		err = fmt.Errorf("%w: no chunk for %v", errStalled, x.s.cfg.StallTimeout)
 	}
 	if n > 0 {
@@ -345,6 +366,8 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		// The client had the whole stream ([DONE]); whatever broke after
 		// it (the client closing first, say) is no failure.
 		x.complete = true
+	case err != nil && x.in.Context().Err() == nil && b.events != nil && x.continueElsewhere(b.events) == nil:
+		return n, nil // the stream goes on from another target
 	case err != nil && x.in.Context().Err() == nil:
 		// The upstream broke, not the client: never fake a clean end.
 		b.failed, x.broken = err, err
@@ -366,7 +389,7 @@ func (b *watchedBody) Close() error {
 	b.closed = true
 	err := b.body.Close()
 	x := b.x
-	if x.stall != nil && !x.stall.Stop() && context.Cause(x.attempt) == errStalled {
+	if x.stall != nil && !x.stall.Stop() && context.Cause(x.attemptCtx) == errStalled {
 		x.s.metrics.upstreamTimeouts.WithLabelValues("stall").Inc()
 	}
 	if x.cancel != nil {

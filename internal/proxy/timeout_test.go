@@ -180,7 +180,7 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 		out.Header.Set("Authorization", "Bearer sk-secret")
 		o := routed{}
 		o.Peer = &region.Peer{Region: "eu-west", APIAddrs: []string{peer.URL}}
-		resp, err := x.send(context.Background(), out, o)
+		resp, err := x.send(context.Background(), out, o, body)
 		if err != nil {
 			t.Fatal(err)
 		}

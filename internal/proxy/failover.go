@@ -1,0 +1,198 @@
+package proxy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"skywalker/internal/region"
+)
+
+// Mid-stream failover (Config.MidStreamFailover, off by default): when a
+// chat stream breaks after the client has had part of it, the request is
+// sent again — to another replica, or region, by the same routing — with
+// the text generated so far appended as a partial assistant turn
+// ("continue_final_message": true, "add_generation_prompt": false, as
+// vLLM and SGLang take it, and max_tokens less what was generated), and
+// the new stream continues the client's. The client sees one stream: only
+// whole events are passed on, so a break never leaves half an event, and
+// the final usage counts the tokens generated before the break as output,
+// not prompt.
+
+// alignedEvents passes an event stream on in whole events, keeping the
+// text and the count of the content events that went by; resume swaps in
+// the stream that continues it.
+type alignedEvents struct {
+	src     io.ReadCloser
+	buf     [16 << 10]byte
+	pending []byte // the start of an event not yet whole
+	ready   []byte // whole events not yet read
+	err     error
+
+	text   bytes.Buffer // content generated so far, as the client had it
+	tokens int          // content events so far (one token each, as vLLM streams)
+	// carried is the tokens generated before the current stream began:
+	// its usage counts them as prompt; the client's usage must not.
+	carried int
+}
+
+var eventEnd = []byte("\n\n")
+
+func (a *alignedEvents) Read(p []byte) (int, error) {
+	for len(a.ready) == 0 {
+		if a.err != nil {
+			return 0, a.err
+		}
+		n, err := a.src.Read(a.buf[:])
+		a.pending = append(a.pending, a.buf[:n]...)
+		if i := bytes.LastIndex(a.pending, eventEnd); i >= 0 {
+			a.take(a.pending[:i+len(eventEnd)])
+			a.pending = append(a.pending[:0], a.pending[i+len(eventEnd):]...)
+		}
+		if err != nil {
+			if err == io.EOF { // a clean end: whatever remains is the client's
+				a.ready = append(a.ready, a.pending...)
+				a.pending = a.pending[:0]
+			}
+			a.err = err
+		}
+	}
+	n := copy(p, a.ready)
+	a.ready = a.ready[n:]
+	return n, nil
+}
+
+func (a *alignedEvents) Close() error { return a.src.Close() }
+
+// take records whole events and queues them for the client, rewriting the
+// usage of a continued stream.
+func (a *alignedEvents) take(events []byte) {
+	for len(events) > 0 {
+		i := bytes.Index(events, eventEnd)
+		ev := events[:i+len(eventEnd)]
+		events = events[i+len(eventEnd):]
+		if data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data: {")); ok {
+			ev = a.observe(append([]byte("{"), data...), ev)
+		}
+		a.ready = append(a.ready, ev...)
+	}
+}
+
+// observe reads one chunk's content and, in a continued stream, returns
+// the event with its usage corrected.
+func (a *alignedEvents) observe(chunk, ev []byte) []byte {
+	var c struct {
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+		Usage *struct {
+			PromptTokens     int `json:"prompt_tokens"`
+			CompletionTokens int `json:"completion_tokens"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(chunk, &c) != nil {
+		return ev
+	}
+	for _, ch := range c.Choices {
+		if ch.Delta.Content != "" {
+			a.text.WriteString(ch.Delta.Content)
+			a.tokens++
+		}
+	}
+	if c.Usage == nil || a.carried == 0 {
+		return ev
+	}
+	var m map[string]json.RawMessage
+	if json.Unmarshal(chunk, &m) != nil {
+		return ev
+	}
+	var u map[string]json.RawMessage
+	_ = json.Unmarshal(m["usage"], &u)
+	prompt, completion := c.Usage.PromptTokens-a.carried, c.Usage.CompletionTokens+a.carried
+	u["prompt_tokens"], _ = json.Marshal(max(prompt, 0))
+	u["completion_tokens"], _ = json.Marshal(completion)
+	u["total_tokens"], _ = json.Marshal(max(prompt, 0) + completion)
+	m["usage"], _ = json.Marshal(u)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return ev
+	}
+	return append(append([]byte("data: "), out...), eventEnd...)
+}
+
+// resume continues the stream from src: the broken stream's half event is
+// dropped, and what was generated so far is carried.
+func (a *alignedEvents) resume(src io.ReadCloser) {
+	_ = a.src.Close()
+	a.src, a.err, a.carried = src, nil, a.tokens
+	a.pending = a.pending[:0]
+}
+
+// continuation is the original chat body with the text generated so far
+// as a partial assistant turn for the engine to continue, and max_tokens
+// (or max_completion_tokens) less the tokens generated.
+func continuation(body []byte, text string, generated int) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		return nil, err
+	}
+	var msgs []json.RawMessage
+	if err := json.Unmarshal(m["messages"], &msgs); err != nil {
+		return nil, fmt.Errorf("messages: %w", err)
+	}
+	turn, _ := json.Marshal(map[string]string{"role": "assistant", "content": text})
+	m["messages"], _ = json.Marshal(append(msgs, turn))
+	m["continue_final_message"], m["add_generation_prompt"] = json.RawMessage("true"), json.RawMessage("false")
+	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
+		var n int
+		if raw, ok := m[k]; ok && json.Unmarshal(raw, &n) == nil && n > 0 {
+			m[k], _ = json.Marshal(max(n-generated, 1))
+		}
+	}
+	return json.Marshal(m)
+}
+
+var errNoFailover = errors.New("mid-stream failover is off, or the stream is not a chat stream")
+
+// continueElsewhere re-issues a chat stream that broke midway to another
+// target and switches the client's stream to it. The broken attempt is
+// ended as failed (the passive rule counts it).
+func (x *exchange) continueElsewhere(events *alignedEvents) error {
+	if events == nil {
+		return errNoFailover
+	}
+	x.endAttempt(region.ReplicaFailed)
+	if x.cancel != nil {
+		x.cancel(nil)
+	}
+	body, err := continuation(x.body, events.text.String(), events.tokens)
+	if err != nil {
+		return fmt.Errorf("continuation body: %w", err)
+	}
+	resp, err := x.attempt(body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		resp.Body.Close()
+		x.endAttempt(region.Released)
+		return fmt.Errorf("the continuation was answered %s", resp.Status)
+	}
+	events.resume(resp.Body)
+	x.failovers++
+	x.start = time.Now()
+	if p := x.target.Peer; p != nil {
+		x.servedBy = p.Region
+	} else {
+		x.servedBy = x.s.cfg.Region
+	}
+	x.stall.Reset(x.s.cfg.StallTimeout)
+	x.s.metrics.failovers.Inc()
+	x.s.log.Info("stream continued elsewhere", "id", x.req.ID, "generated", events.tokens, "served", x.servedBy)
+	return nil
+}

@@ -1,0 +1,142 @@
+package proxy
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// breakingBackends: the first request any of them gets streams five
+// tokens and then drops the connection (an engine killed mid-stream);
+// every later one streams three more and a usage chunk, and its body is
+// kept.
+func breakingBackends(t *testing.T, n int) ([]string, func() []byte) {
+	var first atomic.Bool
+	var mu sync.Mutex
+	var continued []byte
+	var urls []string
+	for range n {
+		b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/chat/completions" {
+				http.NotFound(w, r)
+				return
+			}
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "text/event-stream")
+			send := func(chunk string) {
+				fmt.Fprintf(w, "data: %s\n\n", chunk)
+				w.(http.Flusher).Flush()
+			}
+			send(`{"choices":[{"delta":{"role":"assistant","content":""}}]}`)
+			if first.CompareAndSwap(false, true) {
+				for i := range 5 {
+					send(fmt.Sprintf(`{"choices":[{"delta":{"content":"a%d"}}]}`, i))
+				}
+				_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"cont`) // half an event, then the engine dies
+				w.(http.Flusher).Flush()
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				conn.Close()
+				return
+			}
+			mu.Lock()
+			continued = body
+			mu.Unlock()
+			for i := range 3 {
+				send(fmt.Sprintf(`{"choices":[{"delta":{"content":"b%d"}}]}`, i))
+			}
+			send(`{"choices":[],"usage":{"prompt_tokens":105,"completion_tokens":3,"total_tokens":108}}`)
+			send("[DONE]")
+		}))
+		t.Cleanup(b.Close)
+		urls = append(urls, b.URL)
+	}
+	return urls, func() []byte { mu.Lock(); defer mu.Unlock(); return continued }
+}
+
+// With mid-stream failover on, a stream whose engine dies midway goes on
+// from another replica: the client gets every token once, no half event,
+// no error, and usage counting all output as output.
+func TestAStreamThatBreaksMidwayContinuesElsewhere(t *testing.T) {
+	urls, continued := breakingBackends(t, 2)
+	p := startSolo(t, urls, func(c *Config) { c.MidStreamFailover = true })
+	resp, err := http.Post("http://"+p.addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"stream":true,"stream_options":{"include_usage":true},"max_tokens":20,"messages":[{"role":"user","content":"count"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var text strings.Builder
+	var usage struct{ PromptTokens, CompletionTokens, TotalTokens int }
+	for _, ev := range strings.Split(strings.TrimSpace(string(stream)), "\n\n") {
+		data, ok := strings.CutPrefix(ev, "data: ")
+		if !ok {
+			t.Fatalf("not an event: %q in\n%s", ev, stream)
+		}
+		if data == "[DONE]" {
+			continue
+		}
+		var c struct {
+			Choices []struct{ Delta struct{ Content string } }
+			Usage   *struct {
+				PromptTokens     int `json:"prompt_tokens"`
+				CompletionTokens int `json:"completion_tokens"`
+				TotalTokens      int `json:"total_tokens"`
+			}
+			Error any
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil || c.Error != nil {
+			t.Fatalf("event %q: %v; want whole chunks and no error", data, err)
+		}
+		for _, ch := range c.Choices {
+			text.WriteString(ch.Delta.Content)
+		}
+		if c.Usage != nil {
+			usage.PromptTokens, usage.CompletionTokens, usage.TotalTokens = c.Usage.PromptTokens, c.Usage.CompletionTokens, c.Usage.TotalTokens
+		}
+	}
+	if got := text.String(); got != "a0a1a2a3a4b0b1b2" {
+		t.Errorf("the client's text is %q, want every token once: a0…a4 then b0…b2", got)
+	}
+	if usage.CompletionTokens != 8 || usage.PromptTokens != 100 || usage.TotalTokens != 108 {
+		t.Errorf("usage %+v: want 8 completion tokens (5 before the break), the 100 prompt tokens the client sent", usage)
+	}
+	var body struct {
+		Messages []struct{ Role, Content string }
+		Continue bool `json:"continue_final_message"`
+		AddGen   bool `json:"add_generation_prompt"`
+		Max      int  `json:"max_tokens"`
+	}
+	if err := json.Unmarshal(continued(), &body); err != nil {
+		t.Fatal(err)
+	}
+	last := body.Messages[len(body.Messages)-1]
+	if last.Role != "assistant" || last.Content != "a0a1a2a3a4" || !body.Continue || body.AddGen || body.Max != 15 {
+		t.Errorf("continuation %+v: want the partial assistant turn to continue and 15 tokens left", body)
+	}
+	if v := testutilValue(p.srv.metrics.failovers); v != 1 {
+		t.Errorf("midstream_failovers_total = %v, want 1", v)
+	}
+}
+
+// Off (the default), the broken stream ends with an error event.
+func TestWithoutFailoverABrokenStreamEndsWithAnError(t *testing.T) {
+	urls, _ := breakingBackends(t, 2)
+	p := startSolo(t, urls, nil)
+	resp, err := http.Post("http://"+p.addr+"/v1/chat/completions", "application/json",
+		strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"count"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(stream), "upstream_error") || strings.Contains(string(stream), "b0") {
+		t.Errorf("stream %q: want it to end with an upstream_error event, not continue", stream)
+	}
+}
