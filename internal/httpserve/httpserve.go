@@ -25,6 +25,12 @@ type Options struct {
 	// Expire runs Grace before Drain ends, so that what cannot finish in
 	// time is answered (say, 503 and a Retry-After) rather than cut off.
 	Expire func()
+	// LameDuck is how long, once Begin ran, the listener stays open and
+	// idle connections are kept, so that a client sending on a kept-alive
+	// connection gets the handler's answer (say, 503 with "Connection:
+	// close") instead of a connection closed under it; part of Drain.
+	// Default a tenth of Drain, at most 5 s.
+	LameDuck time.Duration
 	// Grace is how long before the end of Drain Expire runs; default a
 	// fifth of Drain, at least a second (or half of a shorter Drain: the
 	// server notices idle connections only every half second) and at most
@@ -36,15 +42,18 @@ type Options struct {
 const DefaultIdleTimeout = 60 * time.Second
 
 // Run serves handler on l until ctx ends; then it drains as o says: it
-// calls Begin, stops accepting, waits for the requests in flight, calls
-// Expire Grace before the drain deadline, and closes whatever remains at
-// the deadline.
+// calls Begin, serves on for LameDuck, stops accepting, waits for the
+// requests in flight, calls Expire Grace before the drain deadline, and
+// closes whatever remains at the deadline.
 func Run(ctx context.Context, l net.Listener, handler http.Handler, o Options) error {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
 	if o.Drain <= 0 {
 		o.Drain = 5 * time.Second
+	}
+	if o.LameDuck <= 0 {
+		o.LameDuck = min(o.Drain/10, 5*time.Second)
 	}
 	if o.Grace <= 0 {
 		o.Grace = min(max(o.Drain/5, min(o.Drain/2, time.Second)), 2*time.Second)
@@ -60,11 +69,13 @@ func Run(ctx context.Context, l net.Listener, handler http.Handler, o Options) e
 	if o.Begin != nil {
 		o.Begin()
 	}
+	deadline := time.Now().Add(o.Drain)
 	if o.Expire != nil {
 		expire := time.AfterFunc(o.Drain-o.Grace, o.Expire)
 		defer expire.Stop()
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), o.Drain)
+	time.Sleep(o.LameDuck)
+	shutdown, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	if err := hs.Shutdown(shutdown); err != nil {
 		_ = hs.Close()

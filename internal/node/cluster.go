@@ -178,7 +178,8 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		}
 		cfg := proxy.DefaultConfig()
 		cfg.Region, cfg.Jurisdiction, cfg.WorkerPool, cfg.NodeID = spec.Name, spec.Jurisdiction, pool, spec.Name+"-proxy"
-		cfg.AdminListen = "127.0.0.1:0" // many proxies on one host
+		cfg.AdminListen = "127.0.0.1:0"    // many proxies on one host
+		cfg.DrainTimeout = 5 * time.Second // a half-second lame duck: clusters on one host stop quickly
 		cfg.GossipKeys, cfg.MeshPreset, cfg.GossipBind = []string{DevKey}, "local", "127.0.0.1:0"
 		cfg.MaxWANRTT, cfg.ScrapeInterval = 200*time.Millisecond, 50*time.Millisecond
 		if o.Proxy != nil {

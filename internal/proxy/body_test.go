@@ -43,6 +43,7 @@ func startSoloWith(tb testing.TB, replicas []string, tune func(*Config), opts Op
 	tb.Helper()
 	cfg := DefaultConfig()
 	cfg.Region, cfg.WorkerPool, cfg.Listen = "solo", replicas, "127.0.0.1:0"
+	cfg.DrainTimeout = 5 * time.Second // tests stop quickly (a half-second lame duck)
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -280,3 +280,38 @@ func TestAPeerThatLeavesIsReportedUnhealthy(t *testing.T) {
 		return v == "0", "skywalker_peer_healthy for ap-east: " + v
 	})
 }
+
+// A draining proxy is dropped by its peers at once — while it still
+// finishes what it holds and before it leaves the mesh.
+func TestPeersStopForwardingToADrainingProxyBeforeItLeaves(t *testing.T) {
+	c := startCluster(t, clusterOpts{engines: 1})
+	ap, us := c.Region("ap-east"), c.Region("us-east")
+	// A long stream keeps ap-east's drain going.
+	resp, err := http.Post(ap.URL+"/v1/chat/completions", "application/json", strings.NewReader(chat("a long answer", 2000, true, "")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err := resp.Body.Read(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, resp.Body) }()
+	begun := time.Now()
+	shutdown := make(chan error, 1)
+	go func() { shutdown <- ap.Shutdown() }()
+	took := nodetest.Eventually(t, 30*time.Second, "us-east to stop counting ap-east", func() (bool, string) {
+		for _, p := range us.Proxy.Peers() {
+			if p.Region == "ap-east" {
+				return !p.Healthy, fmt.Sprintf("ap-east healthy=%v with %d nodes", p.Healthy, p.Nodes)
+			}
+		}
+		return true, ""
+	})
+	select {
+	case err := <-shutdown:
+		t.Errorf("ap-east had left (shutdown returned %v) before us-east noticed it drain %v after SIGTERM; the test measured the leave, not the drain", err, took)
+	default:
+	}
+	t.Logf("us-east stopped counting ap-east %v after it began to drain", time.Since(begun).Round(time.Millisecond))
+	<-shutdown
+}

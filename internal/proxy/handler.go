@@ -25,6 +25,7 @@ import (
 func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
+			w.Header().Set("Connection", "close") // so the client's next request opens a connection elsewhere
 			apierr.Write(w, &apierr.Error{Code: apierr.Unavailable, Message: "this proxy is shutting down", RetryAfter: time.Second})
 			return
 		}

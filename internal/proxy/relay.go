@@ -424,6 +424,9 @@ func modifyResponse(resp *http.Response) error {
 		h.Set("X-SkyWalker-Ingress-Region", x.s.cfg.Region)
 	}
 	h.Set("X-SkyWalker-Route-Reason", string(o.Decision.Reason))
+	if x.s.draining.Load() {
+		h.Set("Connection", "close") // after this answer, the client reconnects elsewhere
+	}
 	return nil
 }
 
@@ -441,6 +444,9 @@ func (s *Server) relayError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if x != nil {
 		x.rejected = e
+	}
+	if s.draining.Load() {
+		w.Header().Set("Connection", "close")
 	}
 	apierr.Write(w, e)
 }

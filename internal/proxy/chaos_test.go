@@ -1,0 +1,227 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"skywalker/internal/engine"
+	"skywalker/internal/engine/server"
+	"skywalker/internal/testwait"
+)
+
+// The chaos suite reproduces, against simulated engines on loopback, the
+// faults an adversarial probe found (shutdown with requests held, engines
+// that hang or stall, slow uploads, an engine killed mid-stream) and
+// counts how each request ended. Lost means the client got no status, or a
+// stream cut off without an error event: the one outcome that must never
+// happen. `go test ./internal/proxy -run Chaos -v` prints the table the
+// README quotes; -short skips it.
+
+// simEngine is one simulated engine on loopback; kill closes it and every
+// connection it holds, as SIGKILL would.
+func simEngine(t *testing.T, faults server.Faults) (url string, kill func()) {
+	t.Helper()
+	p, err := engine.LookupProfile("llama3-8b-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := server.New(server.Config{Model: "m", TimeScale: 4, Engine: engine.Config{Profile: p}, Faults: faults, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	go s.Run(ctx)
+	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(l) }()
+	var once sync.Once
+	kill = func() { once.Do(func() { _ = hs.Close(); stop() }) }
+	t.Cleanup(kill)
+	return "http://" + l.Addr().String(), kill
+}
+
+// ending is how one request ended, as its client saw it.
+type ending int
+
+const (
+	served     ending = iota // 200, the whole response (a stream through [DONE])
+	answered                 // an OpenAI-style error with its status (429/503 with Retry-After, 408, ...)
+	errorEvent               // a stream that ended with an error event after some tokens
+	lost                     // no status, or a stream cut off without a word
+)
+
+var endingNames = []string{"served", "answered with a status", "stream ended by an error event", "lost"}
+
+type tally struct {
+	counts  [4]int
+	slowest time.Duration
+	mu      sync.Mutex
+}
+
+func (t *tally) add(e ending, took time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.counts[e]++
+	t.slowest = max(t.slowest, took)
+}
+
+func (t *tally) String() string {
+	var parts []string
+	for i, n := range t.counts {
+		if n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, endingNames[i]))
+		}
+	}
+	return strings.Join(parts, ", ") + fmt.Sprintf("; slowest %v", t.slowest.Round(10*time.Millisecond))
+}
+
+// streamOnce sends one streaming chat request and classifies its end.
+func streamOnce(addr string, i, maxTokens int) (ending, time.Duration) {
+	start := time.Now()
+	client := &http.Client{Timeout: 60 * time.Second}
+	body := fmt.Sprintf(`{"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"chaos %d: %s"}]}`, maxTokens, i, strings.Repeat("words ", 50))
+	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	if err != nil {
+		return lost, time.Since(start)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	switch {
+	case resp.StatusCode != 200 && resp.StatusCode >= 400 && strings.Contains(string(data), `"error"`):
+		return answered, time.Since(start)
+	case err == nil && strings.Contains(string(data), "data: [DONE]"):
+		return served, time.Since(start)
+	case strings.Contains(string(data), `"error"`):
+		return errorEvent, time.Since(start)
+	}
+	return lost, time.Since(start)
+}
+
+// burst runs n streaming requests at once and tallies them.
+func burst(addr string, n, maxTokens int) *tally {
+	var t tally
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t.add(streamOnce(addr, i, maxTokens))
+		}()
+	}
+	wg.Wait()
+	return &t
+}
+
+func TestChaos(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the chaos suite is not short")
+	}
+	var table strings.Builder
+	row := func(scenario string, tl *tally) {
+		fmt.Fprintf(&table, "%-72s %s\n", scenario, tl)
+		if tl.counts[lost] > 0 {
+			t.Errorf("%s: %d requests lost", scenario, tl.counts[lost])
+		}
+	}
+
+	t.Run("SIGTERM with requests held", func(t *testing.T) {
+		url, _ := simEngine(t, server.Faults{})
+		p := startSolo(t, []string{url}, func(c *Config) { c.MaxInFlight, c.DrainTimeout, c.TTFTObjective = 4, 3*time.Second, 0 })
+		done := make(chan *tally)
+		go func() { done <- burst(p.addr, 60, 200) }()
+		testwait.Eventually(t, 30*time.Second, "requests to be held", func() (bool, string) {
+			q := p.srv.QueueLength()
+			return q >= 40, fmt.Sprintf("%d held", q)
+		})
+		if err := p.drain(); err != nil {
+			t.Errorf("drain: %v", err)
+		}
+		row("SIGTERM, 4 in flight + 56 held, 3 s drain", <-done)
+	})
+
+	t.Run("one of two engines hangs every request", func(t *testing.T) {
+		hung, _ := simEngine(t, server.Faults{HangRate: 1})
+		good, _ := simEngine(t, server.Faults{})
+		p := startSolo(t, []string{hung, good}, nil) // the default first-byte timeout
+		start := time.Now()
+		tl := burst(p.addr, 30, 20)
+		row(fmt.Sprintf("1 of 2 engines hangs (default first-byte timeout %v)", MinFirstByteTimeout), tl)
+		fmt.Fprintf(&table, "%-72s %d healthy replica(s) %v after the burst began\n", "", p.srv.HealthyReplicas(), time.Since(start).Round(100*time.Millisecond))
+	})
+
+	for _, failover := range []bool{false, true} {
+		t.Run(fmt.Sprintf("streams stall, failover %v", failover), func(t *testing.T) {
+			var urls []string
+			for range 2 {
+				u, _ := simEngine(t, server.Faults{StallRate: 0.2, StallAfter: 5})
+				urls = append(urls, u)
+			}
+			p := startSolo(t, urls, func(c *Config) { c.StallTimeout, c.MidStreamFailover = time.Second, failover })
+			row(fmt.Sprintf("20%% of streams stall after 5 tokens (1 s stall timeout), failover %v", failover), burst(p.addr, 40, 30))
+		})
+		t.Run(fmt.Sprintf("an engine is killed mid-stream, failover %v", failover), func(t *testing.T) {
+			victim, kill := simEngine(t, server.Faults{})
+			other, _ := simEngine(t, server.Faults{})
+			p := startSolo(t, []string{victim, other}, func(c *Config) { c.MidStreamFailover = failover })
+			done := make(chan *tally)
+			go func() { done <- burst(p.addr, 30, 150) }()
+			time.Sleep(300 * time.Millisecond) // streams are under way
+			kill()
+			row(fmt.Sprintf("1 of 2 engines killed mid-stream, failover %v", failover), <-done)
+		})
+	}
+
+	t.Run("slow uploads", func(t *testing.T) {
+		url, _ := simEngine(t, server.Faults{})
+		p := startSolo(t, []string{url}, func(c *Config) { c.BodyTimeout = time.Second })
+		var tl tally
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				start := time.Now()
+				conn, err := net.Dial("tcp", p.addr)
+				if err != nil {
+					tl.add(lost, 0)
+					return
+				}
+				defer conn.Close()
+				fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n"+`{"messages":[{"role":"user","content":"`)
+				go func() {
+					for range 100 {
+						if _, err := conn.Write([]byte("a")); err != nil {
+							return
+						}
+						time.Sleep(100 * time.Millisecond)
+					}
+				}()
+				_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+				if err != nil {
+					tl.add(lost, time.Since(start))
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != 408 {
+					t.Errorf("a slow upload got %d, want 408", resp.StatusCode)
+				}
+				tl.add(answered, time.Since(start))
+			}()
+		}
+		wg.Wait()
+		row("20 uploads at 1 byte / 100 ms (1 s body timeout)", &tl)
+	})
+	t.Log("\n" + table.String())
+}
