@@ -232,7 +232,10 @@ func TestRegionsInSeparateClustersReachEachOther(t *testing.T) {
 				t.Fatal(err)
 			}
 			peers[region] = cfg.Peers
-			host := strings.TrimSuffix(strings.TrimPrefix(cfg.AdvertiseURL, "http://"), ":9000")
+			host := strings.TrimSuffix(strings.TrimPrefix(cfg.AdvertiseURL, "https://"), ":9443")
+			if cfg.TLSCert == "" || cfg.PeerAddr() != ":9443" {
+				t.Errorf("%s/%s: peers forward to %s without TLS; want the TLS peer listener on 9443", region, d.Name, cfg.AdvertiseURL)
+			}
 			if cfg.GossipAdvertise != host+":7946" || !slices.Contains(addresses, any(host)) {
 				t.Errorf("%s/%s advertises %s and %s; want one of its reserved addresses %v", region, d.Name, cfg.AdvertiseURL, cfg.GossipAdvertise, addresses)
 			}
@@ -250,7 +253,7 @@ func TestRegionsInSeparateClustersReachEachOther(t *testing.T) {
 			for _, p := range lb.Spec.Ports {
 				ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
 			}
-			if want := []string{"9000/TCP", "7946/TCP", "7946/UDP"}; !slices.Equal(ports, want) {
+			if want := []string{"9000/TCP", "9443/TCP", "7946/TCP", "7946/UDP"}; !slices.Equal(ports, want) {
 				t.Errorf("%s/%s: load balancer ports %v, want %v", region, d.Name, ports, want)
 			}
 			advertised[host+":9000"] = region
@@ -275,10 +278,21 @@ func TestMissingValuesAreRefusedWithTheirName(t *testing.T) {
 	c := loadChart(t)
 	base := func() map[string]any {
 		return map[string]any{"region": "us-east", "pool": "vllm:8000", "image": map[string]any{"repository": "r/skywalker"},
-			"gossip": map[string]any{"key": testKey}}
+			"gossip": map[string]any{"key": testKey}, "forwarding": map[string]any{"tlsSecret": "fwd-tls"}}
 	}
 	if _, err := render(c, "skywalker", "us-east", base()); err != nil {
 		t.Fatalf("the minimal values should render: %v", err)
+	}
+	insecure := base()
+	insecure["forwarding"] = map[string]any{"insecure": true}
+	files, err := render(c, "skywalker", "us-east", insecure)
+	if err != nil {
+		t.Fatalf("forwarding.insecure should render: %v", err)
+	}
+	for _, d := range decode(t, files).deployments {
+		if cfg, err := proxyConfig(d.Spec.Template.Spec.Containers[0], map[string]string{"skywalker-gossip": testKey}); err != nil || !cfg.InsecureForwarding {
+			t.Errorf("forwarding.insecure: %s's configuration %v (insecure forwarding %v)", d.Name, err, cfg.InsecureForwarding)
+		}
 	}
 	tests := []struct {
 		name   string
@@ -292,6 +306,7 @@ func TestMissingValuesAreRefusedWithTheirName(t *testing.T) {
 		{"no key", func(v map[string]any) { v["gossip"] = map[string]any{} }, "set gossip.existingSecret or gossip.key"},
 		{"no addresses", func(v map[string]any) { v["mesh"] = map[string]any{"exposure": "loadBalancer"} }, "needs mesh.addresses"},
 		{"bad exposure", func(v map[string]any) { v["mesh"] = map[string]any{"exposure": "nodePort"} }, "mesh.exposure must be"},
+		{"no TLS between regions", func(v map[string]any) { delete(v, "forwarding") }, "set forwarding.tlsSecret"},
 	}
 	for _, tt := range tests {
 		v := base()

@@ -41,11 +41,12 @@ type Options struct {
 // DefaultIdleTimeout is how long an idle keep-alive connection is kept.
 const DefaultIdleTimeout = 60 * time.Second
 
-// Run serves handler on l until ctx ends; then it drains as o says: it
-// calls Begin, serves on for LameDuck, stops accepting, waits for the
-// requests in flight, calls Expire Grace before the drain deadline, and
-// closes whatever remains at the deadline.
-func Run(ctx context.Context, l net.Listener, handler http.Handler, o Options) error {
+// Run serves handler on l (and on each of more: a proxy's TLS listener for
+// its peers) until ctx ends; then it drains as o says: it calls Begin,
+// serves on for LameDuck, stops accepting, waits for the requests in
+// flight, calls Expire Grace before the drain deadline, and closes
+// whatever remains at the deadline.
+func Run(ctx context.Context, l net.Listener, handler http.Handler, o Options, more ...net.Listener) error {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
 	}
@@ -59,8 +60,10 @@ func Run(ctx context.Context, l net.Listener, handler http.Handler, o Options) e
 		o.Grace = min(max(o.Drain/5, min(o.Drain/2, time.Second)), 2*time.Second)
 	}
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: o.IdleTimeout}
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(l) }()
+	errc := make(chan error, 1+len(more))
+	for _, l := range append([]net.Listener{l}, more...) {
+		go func() { errc <- hs.Serve(l) }()
+	}
 	select {
 	case err := <-errc:
 		return err

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -101,6 +103,7 @@ type Cluster struct {
 	Topology Topology
 	Links    *mesh.Links
 	Regions  []*ClusterRegion
+	tlsDir   string // the cluster's throwaway CA and certificate
 }
 
 // ClusterRegion is one region of a cluster.
@@ -151,6 +154,17 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		o.EnginesPerRegion = 2
 	}
 	c := &Cluster{Topology: o.Topology, Links: o.Topology.Links()}
+	// The proxies forward to each other over TLS, with a throwaway CA.
+	dir, err := os.MkdirTemp("", "skywalker-cluster-tls-")
+	if err != nil {
+		return nil, fmt.Errorf("cluster TLS: %w", err)
+	}
+	c.tlsDir = dir
+	cert, key, ca, err := DevTLS(dir)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
 	var seed string
 	for i, spec := range o.Topology.Regions {
 		reg := &ClusterRegion{}
@@ -182,6 +196,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		cfg.DrainTimeout = 5 * time.Second // a half-second lame duck: clusters on one host stop quickly
 		cfg.GossipKeys, cfg.MeshPreset, cfg.GossipBind = []string{DevKey}, "local", "127.0.0.1:0"
 		cfg.MaxWANRTT, cfg.ScrapeInterval = 200*time.Millisecond, 50*time.Millisecond
+		cfg.TLSCert, cfg.TLSKey, cfg.TLSCA, cfg.PeerListen = cert, key, ca, "127.0.0.1:0"
 		if o.Proxy != nil {
 			o.Proxy(&cfg)
 		}
@@ -253,6 +268,20 @@ func (c *Cluster) Close() {
 			e.Kill()
 		}
 	}
+	if c.tlsDir != "" {
+		_ = os.RemoveAll(c.tlsDir)
+	}
+}
+
+// PeerClient is an HTTP client that trusts the cluster's CA: what a peer
+// proxy forwards with, to reach a node's PeerURL.
+func (c *Cluster) PeerClient() (*http.Client, error) {
+	cfg := proxy.Config{TLSCA: filepath.Join(c.tlsDir, "ca.crt")}
+	tc, err := cfg.ClientTLS()
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's CA: %w", err)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}, nil
 }
 
 // Converged reports whether every node sees every other node's region as

@@ -24,6 +24,12 @@ func (n *Node) JoinPeers(ctx context.Context, retry time.Duration) int {
 		return 0
 	}
 	limit := lograte.New(JoinLogEvery, time.Now)
+	tc, err := n.cfg.ClientTLS()
+	if err != nil {
+		n.log.Warn("join mesh: no TLS configuration for peers", "err", err)
+		return 0
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}, Timeout: 3 * time.Second}
 	warn := func(msg string, args ...any) {
 		if ok, suppressed := limit.Allow(msg + fmt.Sprint(args...)); ok {
 			n.log.Warn(msg, append(args, "retry", retry.String(), "suppressed", suppressed)...)
@@ -36,7 +42,7 @@ func (n *Node) JoinPeers(ctx context.Context, retry time.Duration) int {
 				seeds = append(seeds, p.Addr)
 				continue
 			}
-			addr, err := gossipAddrOf(ctx, p.Addr)
+			addr, err := gossipAddrOf(ctx, client, p.Addr)
 			if err != nil {
 				warn("peer proxy not reachable; retrying", "peer", p.Region, "url", p.Addr, "err", err)
 				continue
@@ -67,14 +73,14 @@ func (n *Node) JoinPeers(ctx context.Context, retry time.Duration) int {
 const JoinLogEvery = 30 * time.Second
 
 // gossipAddrOf asks a peer proxy for its mesh address.
-func gossipAddrOf(ctx context.Context, base string) (string, error) {
+func gossipAddrOf(ctx context.Context, client *http.Client, base string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/skywalker/gossip", nil)
 	if err != nil {
 		return "", err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return "", err
 	}

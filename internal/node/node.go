@@ -12,6 +12,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,7 +47,10 @@ type Options struct {
 // Node is one running proxy with its mesh node.
 type Node struct {
 	Region string
-	URL    string // the proxy's base URL as peers reach it
+	URL    string // the proxy's base URL for clients (plain HTTP)
+	// PeerURL is the base URL peers forward to: URL, or with TLS its peer
+	// listener's https URL.
+	PeerURL string
 	// AdminURL is the admin listener's base URL (/metrics,
 	// /debug/skywalker, /debug/pprof/); "" when it is off.
 	AdminURL string
@@ -56,6 +60,7 @@ type Node struct {
 	cfg      proxy.Config
 	log      *slog.Logger
 	listener net.Listener
+	peers    net.Listener       // the TLS listener peers forward to; nil without TLS
 	loops    context.CancelFunc // scrapes, health checks, pumping
 	admin    net.Listener       // nil when off
 	serving  context.CancelFunc // the HTTP server (cancel to drain)
@@ -78,8 +83,33 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 		}
 	}
 	cfg.Listen = l.Addr().String()
+	// With TLS, peers forward to a listener of their own; it is what the
+	// node advertises.
+	var peerL net.Listener
+	serverTLS, err := cfg.ServerTLS()
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	if serverTLS != nil {
+		raw, err := net.Listen("tcp", cfg.PeerAddr())
+		if err != nil {
+			l.Close()
+			return nil, fmt.Errorf("peer listener on %s (SKYWALKER_PEER_LISTEN): %w", cfg.PeerAddr(), err)
+		}
+		cfg.PeerListen, peerL = raw.Addr().String(), tls.NewListener(raw, serverTLS)
+	}
+	closeListeners := func() {
+		l.Close()
+		if peerL != nil {
+			peerL.Close()
+		}
+	}
 	if cfg.AdvertiseURL == "" {
 		cfg.AdvertiseURL = "http://" + advertiseHost(l.Addr().String())
+		if peerL != nil {
+			cfg.AdvertiseURL = "https://" + advertiseHost(peerL.Addr().String())
+		}
 	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = cfg.Region + "@" + cfg.AdvertiseURL
@@ -98,25 +128,25 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	}
 	srv, err := proxy.New(cfg, popts)
 	if err != nil {
-		l.Close()
+		closeListeners()
 		return nil, err
 	}
-	n := &Node{Region: cfg.Region, URL: cfg.AdvertiseURL, Proxy: srv, cfg: cfg, log: o.Logger, listener: l, served: make(chan error, 1)}
+	n := &Node{Region: cfg.Region, URL: "http://" + advertiseHost(l.Addr().String()), PeerURL: cfg.AdvertiseURL, Proxy: srv, cfg: cfg, log: o.Logger, listener: l, peers: peerL, served: make(chan error, 1)}
 	if len(cfg.Peers) > 0 || len(cfg.GossipKeys) > 0 || o.Links != nil {
 		mc, err := MeshConfig(cfg, o.Version, o.Logger)
 		if err != nil {
-			l.Close()
+			closeListeners()
 			return nil, err
 		}
 		switch {
 		case emulated:
 			if mc.Transport, err = o.Links.TransportAt(cfg.Region, mc.BindAddr, mc.BindPort); err != nil {
-				l.Close()
+				closeListeners()
 				return nil, err
 			}
 		case o.Links != nil:
 			if mc.Transport, err = o.Links.Transport(cfg.Region); err != nil {
-				l.Close()
+				closeListeners()
 				return nil, err
 			}
 		}
@@ -124,7 +154,7 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 			o.Mesh(&mc)
 		}
 		if n.Mesh, err = mesh.New(mc, srv.Router()); err != nil {
-			l.Close()
+			closeListeners()
 			return nil, err
 		}
 		srv.SetPeers(n.Mesh)
@@ -134,21 +164,25 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	if err := srv.Start(loopCtx); err != nil {
 		stopLoops()
 		n.closeMesh(false)
-		l.Close()
+		closeListeners()
 		return nil, err
 	}
 	if addr := cfg.AdminAddr(); addr != "" {
 		if n.admin, err = net.Listen("tcp", addr); err != nil {
 			stopLoops()
 			n.closeMesh(false)
-			l.Close()
+			closeListeners()
 			return nil, fmt.Errorf("admin listener on %s (SKYWALKER_ADMIN_LISTEN; off for none): %w", addr, err)
 		}
 		n.AdminURL = "http://" + n.admin.Addr().String()
 	}
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	n.loops, n.serving = stopLoops, stopServing
-	go func() { n.served <- srv.Serve(serveCtx, l) }()
+	if peerL != nil {
+		go func() { n.served <- srv.Serve(serveCtx, l, peerL) }()
+	} else {
+		go func() { n.served <- srv.Serve(serveCtx, l) }()
+	}
 	if n.admin != nil {
 		admin := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = admin.Serve(n.admin) }() // ends when the node closes the listener
@@ -233,6 +267,9 @@ func (n *Node) Kill() {
 	n.stopOnce.Do(func() {
 		n.closeMesh(false)
 		n.listener.Close() // the server stops at once, without draining
+		if n.peers != nil {
+			n.peers.Close()
+		}
 		n.serving()
 		n.loops()
 		n.closeAdmin()

@@ -61,6 +61,7 @@ func TestAProxyTellsItsGossipAddressAndJoinsThroughAURL(t *testing.T) {
 	cfg := proxy.DefaultConfig()
 	cfg.Region, cfg.Jurisdiction, cfg.Listen, cfg.GossipBind = "sa-east", "sa", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.WorkerPool, cfg.GossipKeys, cfg.MeshPreset = []string{c.Region("us-east").Engines[0].URL}, []string{node.DevKey}, "local"
+	cfg.InsecureForwarding = true // the mesh is under test, not forwarding
 	cfg.Peers = []proxy.PeerSeed{{Region: "us-east", Addr: us.URL}}
 	n, err := node.Start(context.Background(), node.Options{Proxy: cfg})
 	if err != nil {
@@ -92,6 +93,7 @@ func TestEmulatedWANBetweenSeparateNodes(t *testing.T) {
 		cfg := proxy.DefaultConfig()
 		cfg.Region, cfg.Jurisdiction, cfg.Listen, cfg.GossipBind = region, region, "127.0.0.1:0", "127.0.0.1:0"
 		cfg.WorkerPool, cfg.GossipKeys, cfg.MeshPreset = []string{engine}, []string{node.DevKey}, "local"
+		cfg.InsecureForwarding = true // the mesh is under test, not forwarding
 		cfg.EmulateWAN = map[string]time.Duration{peer: 150 * time.Millisecond}
 		n, err := node.Start(context.Background(), node.Options{Proxy: cfg})
 		if err != nil {

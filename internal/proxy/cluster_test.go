@@ -85,13 +85,20 @@ type result struct {
 // together with the first token, as vLLM does); an error event is not one.
 func call(t *testing.T, base, body string, header map[string]string) result {
 	t.Helper()
+	return callWith(t, http.DefaultClient, base, body, header)
+}
+
+// callWith is call with a client of the caller's (one that trusts the
+// cluster's CA, to reach a peer listener).
+func callWith(t *testing.T, client *http.Client, base, body string, header map[string]string) result {
+	t.Helper()
 	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
 	start := time.Now()
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

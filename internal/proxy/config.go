@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -49,8 +52,23 @@ type Config struct {
 	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // MAX_WAN_RTT_THRESHOLD_MS; default 120 ms
 	GossipKeys     []string      `yaml:"gossip_keys"`     // SKYWALKER_GOSSIP_KEY (comma-separated: primary first)
 	InsecureGossip bool          `yaml:"insecure_gossip"` // SKYWALKER_INSECURE_GOSSIP: development only
-	ClusterLabel   string        `yaml:"cluster_label"`   // SKYWALKER_CLUSTER_LABEL; default "skywalker"
-	MeshPreset     string        `yaml:"mesh_preset"`     // SKYWALKER_MESH_PRESET: wan (default), lan, local
+	// TLS for the hop between regions: with a certificate and key (PEM
+	// files, as a Kubernetes TLS Secret mounts them: SKYWALKER_TLS_CERT,
+	// SKYWALKER_TLS_KEY) the proxy serves peers on a TLS listener of its
+	// own, PeerListen (SKYWALKER_PEER_LISTEN; default the client port +
+	// 443, 9443 for :9000), advertises it, and refuses forwarded requests
+	// on the plain client port; it verifies peers against TLSCA
+	// (SKYWALKER_TLS_CA; default the system's roots). Required when
+	// peering, since forwarded requests carry prompts between regions,
+	// unless InsecureForwarding (SKYWALKER_INSECURE_FORWARDING, development
+	// only; implied by insecure_gossip).
+	PeerListen         string `yaml:"peer_listen"`
+	TLSCert            string `yaml:"tls_cert"`
+	TLSKey             string `yaml:"tls_key"`
+	TLSCA              string `yaml:"tls_ca"`
+	InsecureForwarding bool   `yaml:"insecure_forwarding"`
+	ClusterLabel       string `yaml:"cluster_label"` // SKYWALKER_CLUSTER_LABEL; default "skywalker"
+	MeshPreset         string `yaml:"mesh_preset"`   // SKYWALKER_MESH_PRESET: wan (default), lan, local
 	// GossipBudget bounds this proxy's gossip of load summaries and digest
 	// changes, bytes per second (SKYWALKER_GOSSIP_BUDGET); default 50,000,
 	// negative is unlimited.
@@ -137,6 +155,41 @@ type Config struct {
 	IdleTimeout     time.Duration `yaml:"idle_timeout"`     // SKYWALKER_IDLE_TIMEOUT: idle keep-alive connections; default 60 s
 }
 
+// Peering reports whether the proxy joins a mesh: it has peers to join
+// or a gossip key to be joined with.
+func (c Config) Peering() bool { return len(c.Peers) > 0 || len(c.GossipKeys) > 0 }
+
+// ServerTLS is the TLS configuration of the proxy's listener, or nil
+// when it serves plain HTTP.
+func (c Config) ServerTLS() (*tls.Config, error) {
+	if c.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("tls_cert/tls_key: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}, nil
+}
+
+// ClientTLS is the TLS configuration for requests to peers (and replicas
+// served over HTTPS): the configured CA, else the system's roots.
+func (c Config) ClientTLS() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.TLSCA == "" {
+		return tc, nil
+	}
+	pem, err := os.ReadFile(c.TLSCA)
+	if err != nil {
+		return nil, fmt.Errorf("tls_ca: %w", err)
+	}
+	tc.RootCAs = x509.NewCertPool()
+	if !tc.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("tls_ca %s: no PEM certificate in it", c.TLSCA)
+	}
+	return tc, nil
+}
+
 // AdminAddr is the address the admin listener binds ("" when off): as
 // configured, or loopback on the client port + 100.
 func (c Config) AdminAddr() string {
@@ -144,14 +197,33 @@ func (c Config) AdminAddr() string {
 	case "off":
 		return ""
 	case "":
-		_, port, err := net.SplitHostPort(c.Listen)
-		n, perr := strconv.Atoi(port)
-		if err != nil || perr != nil || n == 0 || n+100 > 65535 {
-			return "127.0.0.1:0"
-		}
-		return net.JoinHostPort("127.0.0.1", strconv.Itoa(n+100))
+		return offsetPort("127.0.0.1", c.Listen, 100)
 	}
 	return c.AdminListen
+}
+
+// PeerAddr is the address the TLS listener for peers binds ("" without
+// TLS): as configured, or the client listener's host on its port + 443.
+func (c Config) PeerAddr() string {
+	if c.TLSCert == "" {
+		return ""
+	}
+	if c.PeerListen != "" {
+		return c.PeerListen
+	}
+	host, _, _ := net.SplitHostPort(c.Listen)
+	return offsetPort(host, c.Listen, 443)
+}
+
+// offsetPort is host with the port of addr moved on by offset; port 0 (or
+// none) stays 0, any free port.
+func offsetPort(host, addr string, offset int) string {
+	_, port, err := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	if err != nil || perr != nil || n == 0 || n+offset > 65535 {
+		return net.JoinHostPort(host, "0")
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+offset))
 }
 
 // PeerSeed is one PEER_REGIONS entry.
@@ -337,6 +409,11 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 		c.ModelAliases = aliases
 	}
 	boolean("SKYWALKER_INSECURE_GOSSIP", &c.InsecureGossip)
+	boolean("SKYWALKER_INSECURE_FORWARDING", &c.InsecureForwarding)
+	str("SKYWALKER_PEER_LISTEN", &c.PeerListen)
+	str("SKYWALKER_TLS_CERT", &c.TLSCert)
+	str("SKYWALKER_TLS_KEY", &c.TLSKey)
+	str("SKYWALKER_TLS_CA", &c.TLSCA)
 	boolean("SKYWALKER_FAIR_QUEUING", &c.FairQueuing)
 	boolean("SKYWALKER_FORWARD_AUTHORIZATION", &c.ForwardAuthorization)
 	boolean("SKYWALKER_MIDSTREAM_FAILOVER", &c.MidStreamFailover)
@@ -485,6 +562,12 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxWANRTT <= 0 {
 		bad("max_wan_rtt (MAX_WAN_RTT_THRESHOLD_MS)", "must be positive")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		bad("tls_cert, tls_key (SKYWALKER_TLS_CERT, SKYWALKER_TLS_KEY)", "give both or neither")
+	}
+	if c.Peering() && c.TLSCert == "" && !c.InsecureForwarding && !c.InsecureGossip {
+		bad("tls_cert (SKYWALKER_TLS_CERT)", "required when peering: forwarded requests carry prompts between regions; set insecure_forwarding only for development")
 	}
 	if len(c.GossipKeys) == 0 && !c.InsecureGossip && len(c.Peers) > 0 {
 		bad("gossip_keys (SKYWALKER_GOSSIP_KEY)", "required when peering; set insecure_gossip only for development")

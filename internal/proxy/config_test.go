@@ -18,6 +18,7 @@ func TestEnvironmentOverridesTheFile(t *testing.T) {
 		"REGION_ID": "us-east", "PEER_REGIONS": "eu-west:https://router.eu.example:9000,ap-east:10.0.0.5:7946",
 		"LOCAL_WORKER_POOL": "http://10.0.0.1:8000, http://10.0.0.2:8000", "MAX_WAN_RTT_THRESHOLD_MS": "150",
 		"SKYWALKER_GOSSIP_KEY": "OpFc4ge0aP0hnkvDdg2oXw==", "SKYWALKER_MAX_WAIT": "5s",
+		"SKYWALKER_TLS_CERT": "/etc/skywalker/tls/tls.crt", "SKYWALKER_TLS_KEY": "/etc/skywalker/tls/tls.key",
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +37,8 @@ func TestEnvironmentOverridesTheFile(t *testing.T) {
 		{"wan threshold", c.MaxWANRTT, 150 * time.Millisecond},
 		{"max wait", c.MaxWait, 5 * time.Second},
 		{"listen default", c.Listen, ":9000"},
+		{"peer listener default", c.PeerAddr(), ":9443"},
+		{"admin listener default", c.AdminAddr(), "127.0.0.1:9100"},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -63,6 +66,9 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"profile", func(c *Config) { c.Profile = "tpu" }, "profile"},
 		{"listen", func(c *Config) { c.Listen = "9000" }, "listen"},
 		{"peering without a key", func(c *Config) { c.Peers = []PeerSeed{{"eu-west", "h:1"}}; c.GossipKeys = nil }, "SKYWALKER_GOSSIP_KEY"},
+		{"peering without TLS", func(c *Config) { c.GossipKeys = []string{"OpFc4ge0aP0hnkvDdg2oXw=="} }, "tls_cert (SKYWALKER_TLS_CERT): required when peering"},
+		{"a certificate without its key", func(c *Config) { c.TLSCert = "/x.crt" }, "give both or neither"},
+		{"admin on the client port", func(c *Config) { c.AdminListen = c.Listen }, "must not be the client port"},
 		{"in flight", func(c *Config) { c.MaxInFlight = 0 }, "max_in_flight"},
 		{"wait", func(c *Config) { c.MaxWait = -time.Second }, "max_wait"},
 	}

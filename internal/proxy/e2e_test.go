@@ -134,7 +134,15 @@ func TestAForwardedRequestIsNeverForwardedAgain(t *testing.T) {
 	})
 	body := chat("forwarded once", 2, false, "")
 	marker := proxy.SignMarker(eu.Proxy, "us-east", "already-forwarded", []byte(body))
-	r := call(t, eu.URL, body, map[string]string{proxy.ForwardHeader: marker})
+	// On the client port a forwarded request is refused: peers forward over TLS.
+	if r := call(t, eu.URL, body, map[string]string{proxy.ForwardHeader: marker}); r.status != 403 || !strings.Contains(r.body, "over TLS only") {
+		t.Errorf("a forwarded request on the plain client port: status %d %.200s; want 403", r.status, r.body)
+	}
+	peerClient, err := c.PeerClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := callWith(t, peerClient, eu.PeerURL, body, map[string]string{proxy.ForwardHeader: marker})
 	if r.status != 503 {
 		t.Errorf("status %d served by %q: a forwarded request must be served here or fail, never forwarded again", r.status, r.region)
 	}

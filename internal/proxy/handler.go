@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -69,7 +70,11 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		}
 		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
 		req.Deadline = arrival.Add(s.cfg.MaxWait) // retries do not extend it
-		if marker := r.Header.Get(ForwardHeader); marker != "" {
+		if marker := r.Header.Get(ForwardHeader); marker != "" && s.cfg.TLSCert != "" && r.TLS == nil {
+			s.refused(r, "forwarded request on the plain port refused", errors.New("peers forward over TLS to the peer listener"))
+			s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: "forwarded requests are taken over TLS only, on the peer listener"}, "forbidden")
+			return
+		} else if marker != "" {
 			origin, id, err := s.markers.verify(marker, s.cfg.Region, body, arrival)
 			if err != nil {
 				s.refused(r, "forwarding marker refused", err)

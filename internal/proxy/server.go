@@ -86,6 +86,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 		// buffers send a 400 KB prompt in a few syscalls, not a hundred.
 		t.WriteBufferSize, t.ReadBufferSize = 256<<10, 64<<10
 		t.ResponseHeaderTimeout = 0 // long prefills are normal
+		if t.TLSClientConfig, err = cfg.ClientTLS(); err != nil {
+			return nil, err
+		}
 		transport = t
 	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, refusals: lograte.New(RefusalLogEvery, time.Now),
@@ -158,8 +161,10 @@ func (s *Server) Start(ctx context.Context) error {
 // accepting, and serves or forwards what it holds and has in flight within
 // DrainTimeout. What is still held shortly before the deadline is answered
 // 503 with a Retry-After, never cut off. The background loops (Start) must
-// run until Serve returns: they pump the queue.
-func (s *Server) Serve(ctx context.Context, l net.Listener) error {
+// run until Serve returns: they pump the queue. peers, if any, are more
+// listeners for the same handler (the TLS listener other regions forward
+// to).
+func (s *Server) Serve(ctx context.Context, l net.Listener, peers ...net.Listener) error {
 	return httpserve.Run(ctx, l, s.handler, httpserve.Options{IdleTimeout: s.cfg.IdleTimeout, Drain: s.cfg.DrainTimeout,
 		Begin: func() {
 			s.draining.Store(true)
@@ -170,7 +175,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 			n := s.router.flushHeld(&apierr.Error{Code: apierr.Unavailable, RetryAfter: time.Second,
 				Message: "this proxy is shutting down and could not serve the request in time; retry"})
 			s.log.Info("drain deadline near: answered the requests still held", "held", n)
-		}})
+		}}, peers...)
 }
 
 func (s *Server) routes() http.Handler {

@@ -9,6 +9,9 @@
 {{- if not (or .Values.gossip.existingSecret .Values.gossip.key) -}}
 {{- fail "set gossip.existingSecret or gossip.key: the mesh is encrypted, with the same key in every region" -}}
 {{- end -}}
+{{- if not (or .Values.forwarding.tlsSecret .Values.forwarding.insecure) -}}
+{{- fail "set forwarding.tlsSecret (a Secret with tls.crt, tls.key and ca.crt) or forwarding.insecure: regions forward prompts to each other" -}}
+{{- end -}}
 {{- if eq .Values.mesh.exposure "loadBalancer" -}}
 {{- if not .Values.mesh.addresses -}}
 {{- fail "mesh.exposure loadBalancer needs mesh.addresses: one reserved address per proxy" -}}
@@ -60,6 +63,9 @@ spec:
       ports:
         - {name: http, containerPort: 9000, protocol: TCP}
         - {name: admin, containerPort: 9100, protocol: TCP}
+        {{- if $root.Values.forwarding.tlsSecret }}
+        - {name: peer, containerPort: 9443, protocol: TCP}
+        {{- end }}
         - {name: gossip-tcp, containerPort: 7946, protocol: TCP}
         - {name: gossip-udp, containerPort: 7946, protocol: UDP}
       env:
@@ -78,12 +84,22 @@ spec:
         - {name: SKYWALKER_LISTEN, value: ":9000"}
         - {name: SKYWALKER_ADMIN_LISTEN, value: ":9100"}  # /metrics for Prometheus; no Service exposes it
         - {name: SKYWALKER_GOSSIP_BIND, value: ":7946"}
+        {{- $peerURL := "http://%s:9000" }}
+        {{- if $root.Values.forwarding.tlsSecret }}
+        {{- $peerURL = "https://%s:9443" }}
+        - {name: SKYWALKER_PEER_LISTEN, value: ":9443"}
+        - {name: SKYWALKER_TLS_CERT, value: /etc/skywalker/tls/tls.crt}
+        - {name: SKYWALKER_TLS_KEY, value: /etc/skywalker/tls/tls.key}
+        - {name: SKYWALKER_TLS_CA, value: /etc/skywalker/tls/ca.crt}
+        {{- else }}
+        - {name: SKYWALKER_INSECURE_FORWARDING, value: "true"}
+        {{- end }}
         {{- if .advertise }}
         - {name: SKYWALKER_GOSSIP_ADVERTISE, value: {{ printf "%s:7946" .advertise | quote }}}
-        - {name: SKYWALKER_ADVERTISE_URL, value: {{ printf "http://%s:9000" .advertise | quote }}}
+        - {name: SKYWALKER_ADVERTISE_URL, value: {{ printf $peerURL .advertise | quote }}}
         {{- else }}
         - {name: SKYWALKER_GOSSIP_ADVERTISE, value: "$(POD_IP):7946"}
-        - {name: SKYWALKER_ADVERTISE_URL, value: "http://$(POD_IP):9000"}
+        - {name: SKYWALKER_ADVERTISE_URL, value: {{ printf $peerURL "$(POD_IP)" | quote }}}
         {{- end }}
         - {name: SKYWALKER_POLICY, value: {{ $root.Values.policy | quote }}}
         - {name: SKYWALKER_PROFILE, value: {{ $root.Values.profile | quote }}}
@@ -95,6 +111,10 @@ spec:
         {{- with $root.Values.env }}
         {{- toYaml . | nindent 8 }}
         {{- end }}
+      {{- if $root.Values.forwarding.tlsSecret }}
+      volumeMounts:
+        - {name: forwarding-tls, mountPath: /etc/skywalker/tls, readOnly: true}
+      {{- end }}
       lifecycle:
         preStop:
           sleep: {seconds: {{ $root.Values.preStopSeconds }}}
@@ -106,4 +126,9 @@ spec:
         periodSeconds: 10
       resources:
         {{- toYaml $root.Values.resources | nindent 8 }}
+  {{- with $root.Values.forwarding.tlsSecret }}
+  volumes:
+    - name: forwarding-tls
+      secret: {secretName: {{ . }}}
+  {{- end }}
 {{- end -}}
