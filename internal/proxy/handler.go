@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -252,7 +253,7 @@ func (s *Server) account(x *exchange) {
 		s.metrics.requests.WithLabelValues(req.Region, "", "rejected").Inc()
 	case x.broken != nil:
 		s.metrics.requests.WithLabelValues(req.Region, served, "failed_midstream").Inc()
-		s.log.Warn("stream failed midway", "id", req.ID, "served", served, "err", x.broken)
+		s.logEvery("midway\x00"+served, slog.LevelWarn, "stream failed midway", "id", req.ID, "served", served, "err", x.broken)
 	case x.complete:
 		s.metrics.requests.WithLabelValues(req.Region, served, "ok").Inc()
 		if !req.Forwarded {
@@ -264,12 +265,21 @@ func (s *Server) account(x *exchange) {
 }
 
 // refused logs a security refusal at most once per source address per
-// lograte interval, with how many it held back (a replaying client could
-// otherwise write a line per request).
+// interval (a replaying client could otherwise write a line per request).
 func (s *Server) refused(r *http.Request, what string, err error) {
 	source, _, _ := net.SplitHostPort(r.RemoteAddr)
-	if ok, suppressed := s.refusals.Allow(what + "\x00" + source); ok {
-		s.log.Warn(what, "source", source, "err", err, "suppressed", suppressed)
+	s.logEvery(what+"\x00"+source, slog.LevelWarn, what, "source", source, "err", err)
+}
+
+// logEvery writes a line of a kind that can come once per request (a
+// failing replica, a flood of refusals) at most once per key per
+// NoisyLogEvery, saying how many it held back.
+func (s *Server) logEvery(key string, level slog.Level, msg string, args ...any) {
+	if ok, suppressed := s.noisy.Allow(key); ok {
+		if suppressed > 0 {
+			args = append(args, "suppressed", suppressed)
+		}
+		s.log.Log(context.Background(), level, msg, args...)
 	}
 }
 

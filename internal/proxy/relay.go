@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
@@ -190,7 +191,7 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 			return nil, &apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request: " + err.Error(),
 				RetryAfter: time.Second}
 		}
-		x.s.log.Info("retrying elsewhere", "id", x.req.ID, "attempt", x.attempts, "err", err)
+		x.s.logEvery("retry\x00"+o.Decision.Region, slog.LevelInfo, "retrying elsewhere", "id", x.req.ID, "attempt", x.attempts, "err", err)
 		if o.Peer != nil {
 			x.req.Forwarded = true // the peer failed: serve it here
 		}

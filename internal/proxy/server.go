@@ -47,7 +47,7 @@ type Server struct {
 	upstream   http.RoundTripper
 	loops      *poolLoops
 	markers    *markers
-	refusals   *lograte.Limiter // security refusals, per source
+	noisy      *lograte.Limiter // lines that can come once per request, per kind
 	demand     *demand
 	metrics    *metrics
 	handler    http.Handler
@@ -91,7 +91,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		transport = t
 	}
-	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, refusals: lograte.New(RefusalLogEvery, time.Now),
+	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, noisy: lograte.New(NoisyLogEvery, time.Now),
 		demand: newDemand(cfg.Region), upstream: transport, started: time.Now()}
 	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers, Observe: s.observe})
 	if err != nil {
@@ -104,9 +104,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 	return s, nil
 }
 
-// RefusalLogEvery is how often one kind of security refusal (a forged or
-// replayed marker) is logged per source address.
-const RefusalLogEvery = 30 * time.Second
+// NoisyLogEvery is how often a line that could come once per request is
+// written per kind: a security refusal per source, a failing target, a
+// refusal or shed per class and tenant.
+const NoisyLogEvery = 30 * time.Second
 
 // Router is the proxy's router; it is also the mesh's Source.
 func (s *Server) Router() *Router { return s.router }
@@ -244,7 +245,7 @@ func (s *Server) observe(d region.Delivery) {
 	req := d.Request
 	s.metrics.admission.WithLabelValues(req.Class.String(), s.metrics.tenants.label(req.Tenant), decision).Inc()
 	if decision == "refused" || decision == "shed" {
-		s.log.Info("request "+decision, "id", req.ID, "priority", req.Class.String(), "tenant", req.Tenant,
+		s.logEvery(decision+"\x00"+req.Class.String()+"\x00"+req.Tenant, slog.LevelInfo, "request "+decision, "id", req.ID, "priority", req.Class.String(), "tenant", req.Tenant,
 			"waited", d.Waited.String(), "retry_after_s", d.Err.RetryAfterSeconds(), "reason", d.Err.Message)
 	}
 }
