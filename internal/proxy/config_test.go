@@ -2,6 +2,15 @@ package proxy
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -207,5 +216,45 @@ func TestDNSPoolResolvesToReplicaURLs(t *testing.T) {
 	got, err := initialReplicas(context.Background(), cfg)
 	if err != nil || len(got) != len(urls) {
 		t.Errorf("a DNS-named pool: %v %v", got, err)
+	}
+}
+
+// A rotated certificate (a Kubernetes Secret updated in place) is served
+// without a restart; a broken rotation keeps the certificate that works.
+func TestThePeerCertificateIsReloadedWhenItsFileChanges(t *testing.T) {
+	dir := t.TempDir()
+	write := func(cn string) {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour)}
+		der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		kder, _ := x509.MarshalECPrivateKey(key)
+		_ = os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+		_ = os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600)
+	}
+	write("first")
+	now := time.Now()
+	r := &certReloader{certFile: filepath.Join(dir, "tls.crt"), keyFile: filepath.Join(dir, "tls.key"), now: func() time.Time { return now }}
+	if err := r.load(); err != nil {
+		t.Fatal(err)
+	}
+	name := func() string {
+		c, _ := r.get(nil)
+		leaf, _ := x509.ParseCertificate(c.Certificate[0])
+		return leaf.Subject.CommonName
+	}
+	write("second")
+	_ = os.Chtimes(filepath.Join(dir, "tls.crt"), now.Add(time.Minute), now.Add(time.Minute))
+	if got := name(); got != "first" {
+		t.Fatalf("before the next check: %q, want the loaded one", got)
+	}
+	now = now.Add(CertCheckEvery)
+	if got := name(); got != "second" {
+		t.Errorf("after the check: %q, want the rotated certificate", got)
+	}
+	_ = os.WriteFile(filepath.Join(dir, "tls.crt"), []byte("not a certificate"), 0o600)
+	_ = os.Chtimes(filepath.Join(dir, "tls.crt"), now.Add(2*time.Minute), now.Add(2*time.Minute))
+	now = now.Add(CertCheckEvery)
+	if got := name(); got != "second" {
+		t.Errorf("after a broken rotation: %q, want the certificate that works", got)
 	}
 }
