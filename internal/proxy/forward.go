@@ -3,6 +3,7 @@ package proxy
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -71,64 +72,75 @@ func deriveKey(secret []byte) []byte {
 // markerVersion prefixes every marker this release signs.
 const markerVersion = "2"
 
-func mac(key []byte, origin, dest, id string, ts int64, bodySum []byte) []byte {
+// forward is what a marker says of a forwarded request: where it comes
+// from, where it was sent, its id, and its tenant at the origin (the peer
+// queues it fairly under the same tenant, though the client's
+// Authorization, from which the tenant may derive, stays at the origin).
+type forward struct {
+	Origin, Dest, ID, Tenant string
+}
+
+func mac(key []byte, f forward, ts int64, bodySum []byte) []byte {
 	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s\x00%s\x00%s\x00%s\x00%d\x00", markerVersion, origin, dest, id, ts)
+	fmt.Fprintf(m, "%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00", markerVersion, f.Origin, f.Dest, f.ID, f.Tenant, ts)
 	m.Write(bodySum)
 	return m.Sum(nil)
 }
 
-// sign returns the marker for request id forwarded from origin to dest
-// with body.
-func (m *markers) sign(origin, dest, id string, body []byte, now time.Time) string {
+// sign returns the marker for the request f describes, forwarded with body.
+func (m *markers) sign(f forward, body []byte, now time.Time) string {
 	ts := now.UnixMilli()
 	sum := sha256.Sum256(body)
-	return markerVersion + ";" + origin + ";" + dest + ";" + id + ";" + strconv.FormatInt(ts, 10) + ";" +
-		hex.EncodeToString(mac(m.keys[0], origin, dest, id, ts, sum[:]))
+	return markerVersion + ";" + f.Origin + ";" + f.Dest + ";" + f.ID + ";" + base64.RawURLEncoding.EncodeToString([]byte(f.Tenant)) + ";" +
+		strconv.FormatInt(ts, 10) + ";" + hex.EncodeToString(mac(m.keys[0], f, ts, sum[:]))
 }
 
 var errBadMarker = errors.New("invalid forwarding marker")
 
 // verify checks a marker received by region dest with body, and returns
-// the origin region and request id. An accepted marker is remembered: the
-// same one again is refused as a replay.
-func (m *markers) verify(marker, dest string, body []byte, now time.Time) (origin, id string, err error) {
+// what it says. An accepted marker is remembered: the same one again is
+// refused as a replay.
+func (m *markers) verify(marker, dest string, body []byte, now time.Time) (forward, error) {
 	parts := strings.Split(marker, ";")
-	if len(parts) != 6 || len(marker) > 512 || parts[0] != markerVersion {
-		return "", "", errBadMarker
+	if len(parts) != 7 || len(marker) > 1024 || parts[0] != markerVersion {
+		return forward{}, errBadMarker
 	}
-	origin, to, id := parts[1], parts[2], parts[3]
-	ts, err := strconv.ParseInt(parts[4], 10, 64)
+	tenant, err := base64.RawURLEncoding.DecodeString(parts[4])
 	if err != nil {
-		return "", "", errBadMarker
+		return forward{}, errBadMarker
+	}
+	f := forward{Origin: parts[1], Dest: parts[2], ID: parts[3], Tenant: string(tenant)}
+	ts, err := strconv.ParseInt(parts[5], 10, 64)
+	if err != nil {
+		return forward{}, errBadMarker
 	}
 	if d := now.Sub(time.UnixMilli(ts)); d > MaxMarkerSkew || d < -MaxMarkerSkew {
-		return "", "", fmt.Errorf("%w: timestamp outside ±%v", errBadMarker, MaxMarkerSkew)
+		return forward{}, fmt.Errorf("%w: timestamp outside ±%v", errBadMarker, MaxMarkerSkew)
 	}
-	got, err := hex.DecodeString(parts[5])
+	got, err := hex.DecodeString(parts[6])
 	if err != nil {
-		return "", "", errBadMarker
+		return forward{}, errBadMarker
 	}
 	sum := sha256.Sum256(body)
 	verified := false
 	for _, key := range m.keys {
-		if hmac.Equal(got, mac(key, origin, to, id, ts, sum[:])) {
+		if hmac.Equal(got, mac(key, f, ts, sum[:])) {
 			verified = true
 			break
 		}
 	}
 	switch {
 	case !verified:
-		return "", "", fmt.Errorf("%w: MAC does not verify (another key, or the body or marker was changed)", errBadMarker)
-	case to != dest:
-		return "", "", fmt.Errorf("%w: meant for region %s, not %s", errBadMarker, to, dest)
-	case origin == dest:
-		return "", "", fmt.Errorf("%w: a region does not forward to itself", errBadMarker)
+		return forward{}, fmt.Errorf("%w: MAC does not verify (another key, or the body or marker was changed)", errBadMarker)
+	case f.Dest != dest:
+		return forward{}, fmt.Errorf("%w: meant for region %s, not %s", errBadMarker, f.Dest, dest)
+	case f.Origin == dest:
+		return forward{}, fmt.Errorf("%w: a region does not forward to itself", errBadMarker)
 	}
-	if !m.remember(origin+"\x00"+id, now) {
-		return "", "", fmt.Errorf("%w: replayed (request %s from %s was already accepted)", errBadMarker, id, origin)
+	if !m.remember(f.Origin+"\x00"+f.ID, now) {
+		return forward{}, fmt.Errorf("%w: replayed (request %s from %s was already accepted)", errBadMarker, f.ID, f.Origin)
 	}
-	return origin, id, nil
+	return f, nil
 }
 
 // maxSeen bounds the replay cache; past it, markers are refused until the

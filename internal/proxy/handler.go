@@ -76,13 +76,13 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: "forwarded requests are taken over TLS only, on the peer listener"}, "forbidden")
 			return
 		} else if marker != "" {
-			origin, id, err := s.markers.verify(marker, s.cfg.Region, body, arrival)
+			fwd, err := s.markers.verify(marker, s.cfg.Region, body, arrival)
 			if err != nil {
 				s.refused(r, "forwarding marker refused", err)
 				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
 				return
 			}
-			req.ID, req.Region, req.Forwarded = id, origin, true
+			req.ID, req.Region, req.Tenant, req.Forwarded = fwd.ID, fwd.Origin, fwd.Tenant, true
 			if !req.AllowedIn(s.cfg.Jurisdiction) {
 				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Param: "metadata.data_residency",
 					Message: "a request resident in " + req.Residency + " may not be served in " + s.cfg.Region}, "forbidden")

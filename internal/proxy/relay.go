@@ -215,7 +215,7 @@ func (x *exchange) send(ctx context.Context, out *http.Request, o routed, body [
 			return nil, err
 		}
 		up.URL.Scheme, up.URL.Host = base.Scheme, base.Host
-		up.Header.Set(ForwardHeader, x.s.markers.sign(x.s.cfg.Region, p.Region, x.req.ID, body, time.Now()))
+		up.Header.Set(ForwardHeader, x.s.markers.sign(forward{Origin: x.s.cfg.Region, Dest: p.Region, ID: x.req.ID, Tenant: x.req.Tenant}, body, time.Now()))
 		if !x.s.cfg.ForwardAuthorization {
 			up.Header.Del("Authorization") // the client's key stays in its region
 		}

@@ -175,7 +175,7 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
-		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1"}, body: body}
+		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "key-0a1b2c"}, body: body}
 		out := httptest.NewRequest("POST", "/v1/chat/completions", nil)
 		out.Header.Set("Authorization", "Bearer sk-secret")
 		o := routed{}
@@ -189,8 +189,9 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 		if has := got.Get("Authorization") != ""; has != pass {
 			t.Errorf("forward_authorization=%v: the peer saw Authorization %q", pass, got.Get("Authorization"))
 		}
-		if m := got.Get(ForwardHeader); !strings.HasPrefix(m, "2;us-east;eu-west;us-east-1;") {
-			t.Errorf("marker %q: want it to name origin, destination and id", m)
+		m := got.Get(ForwardHeader)
+		if f, err := srv.markers.verify(m, "eu-west", body, time.Now()); err != nil || f != (forward{"us-east", "eu-west", "us-east-1", "key-0a1b2c"}) {
+			t.Errorf("marker %q says %+v (%v); want origin, destination, id and the tenant, so the peer queues it fairly", m, f, err)
 		}
 	}
 }
