@@ -124,7 +124,9 @@ func TestForwardMarkers(t *testing.T) {
 		t.Error("a marker whose tenant was changed verified")
 	}
 	other, _ := newMarkers([]string{"EjRWeJq83vAxMjM0NTY3OA=="}, "skywalker")
-	fresh := func(id string) string { return keys.sign(forward{Origin: "us-east", Dest: "eu-west", ID: id}, body, now) }
+	fresh := func(id string) string {
+		return keys.sign(forward{Origin: "us-east", Dest: "eu-west", ID: id}, body, now)
+	}
 	for _, tc := range []struct {
 		name, marker, dest, body, want string
 	}{
