@@ -87,6 +87,7 @@ func TestDecodeRejectsBadMessages(t *testing.T) {
 // FuzzDecode proves no peer message makes a node panic.
 func FuzzDecode(f *testing.F) {
 	f.Add(encodeLoad(loadMsg{Node: "n", Seq: 9, Load: region.Load{Queued: 3}}))
+	f.Add(encodeLoad(loadMsg{Node: "n", Seq: 9, Load: region.Load{Queued: 3, Draining: true}}))
 	f.Add(encodeDelta(deltaMsg{Node: "n", Base: 1, Gen: 2, Indexes: []uint32{0, 3}, Words: []uint64{1, 2}}))
 	f.Add(encodeDigest("n", []byte("SWDG")))
 	f.Add(encodeBits(bitsMsg{Node: "n", Base: 1, Gen: 2, Positions: []uint64{3, 64}}))
