@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -103,6 +104,38 @@ func FuzzClientHeaders(f *testing.F) {
 		}
 		if req.Class.Rank() < 0 || req.Class.Rank() > 2 || len(req.Tenant) > MaxTenantBytes {
 			t.Fatalf("accepted class %v tenant of %d bytes", req.Class, len(req.Tenant))
+		}
+	})
+}
+
+// FuzzAppendStringDecodesLikeEncodingJSON holds the rendering to an
+// independent decoder: a string encoding/json writes (escapes and all) is
+// decoded by the scanner to exactly what encoding/json reads back, and a
+// byte at a time too.
+func FuzzAppendStringDecodesLikeEncodingJSON(f *testing.F) {
+	f.Add("plain text long enough to take the word loop")
+	f.Add("tabs\tand\nnewlines \"quoted\" \\ é — § 😀 \u2028 \x01\x7f<>&")
+	f.Add(strings.Repeat("Café \"x\"\n", 20))
+	f.Fuzz(func(t *testing.T, s string) {
+		lit, err := json.Marshal(s)
+		if err != nil {
+			return
+		}
+		var want string
+		if err := json.Unmarshal(lit, &want); err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range []io.Reader{nil, iotest.OneByteReader(bytes.NewReader(lit))} {
+			sc := scanner{data: lit, limit: len(lit)}
+			if src != nil {
+				sc = scanner{src: src, limit: len(lit)}
+			}
+			if err := sc.appendString(); err != nil {
+				t.Fatalf("%s: %v", lit, err)
+			}
+			if string(sc.out) != want {
+				t.Fatalf("%s decoded to %q, encoding/json reads %q", lit, sc.out, want)
+			}
 		}
 	})
 }

@@ -192,8 +192,8 @@ func (s *scanner) scanString(render bool) ([]byte, bool, error) {
 			out = slices.Grow(out, len(d)-i+8) // the decoded value is never longer than the rest
 		}
 		if render {
-			n := copyPlain(out[len(out):cap(out)], d[i:])
-			out, i = out[:len(out)+n], i+n
+			read, wrote, esc := copyRun(out[len(out):cap(out)], d[i:])
+			out, i, escaped = out[:len(out)+wrote], i+read, escaped || esc
 		} else {
 			i += plainLen(d[i:])
 		}
@@ -262,21 +262,46 @@ func (s *scanner) scanString(render bool) ([]byte, bool, error) {
 	}
 }
 
-// copyPlain copies the words of src into dst (which must have room for
-// src) up to the first word with a stop byte, and returns how many bytes
-// before that stop were plain. Each word is stored before it is tested: a
-// word without a stop costs no branch of its own and no separate copy.
-func copyPlain(dst, src []byte) int {
-	n := 0
-	for len(src) >= 8 && len(dst) >= 8 {
-		v := binary.LittleEndian.Uint64(src)
-		binary.LittleEndian.PutUint64(dst, v)
-		if m := stopMask(v); m != 0 {
-			return n + bits.TrailingZeros64(m)>>3
+// copyRun decodes the string body at the start of src into dst (which
+// must have room for src and 8 bytes more) a word at a time, and returns
+// how many bytes it read and wrote and whether it met an escape. Each word
+// is stored before it is tested, so a word without a stop byte costs no
+// branch of its own and no separate copy; the common stops — a one-byte
+// escape, a valid multi-byte rune — are taken in stride. It stops, for the
+// caller, at a quote, a control byte, a \u or invalid escape, invalid
+// UTF-8, and within 12 bytes of src's end (an escape or a rune may be cut).
+func copyRun(dst, src []byte) (read, wrote int, escaped bool) {
+	r, w := 0, 0
+	for r+12 <= len(src) && w+8 <= len(dst) {
+		v := binary.LittleEndian.Uint64(src[r:])
+		binary.LittleEndian.PutUint64(dst[w:], v)
+		m := stopMask(v)
+		if m == 0 {
+			r, w = r+8, w+8
+			continue
 		}
-		src, dst, n = src[8:], dst[8:], n+8
+		k := bits.TrailingZeros64(m) >> 3
+		r, w = r+k, w+k
+		switch c := src[r]; {
+		case c == '\\':
+			e := simpleEscape[src[r+1]]
+			if e == 0 {
+				return r, w, escaped
+			}
+			dst[w] = e
+			r, w, escaped = r+2, w+1, true
+		case c >= 0x80:
+			n := runeLen(src[r:])
+			if n == 0 {
+				return r, w, escaped
+			}
+			copy(dst[w:w+n], src[r:r+n])
+			r, w = r+n, w+n
+		default: // a quote or a control byte
+			return r, w, escaped
+		}
 	}
-	return n
+	return r, w, escaped
 }
 
 // plainLen is copyPlain without the copy.
