@@ -113,35 +113,7 @@ type ClusterRegion struct {
 }
 
 // Engine is one simulated replica on a loopback port.
-type Engine struct {
-	URL    string
-	Server *server.Server
-	http   *http.Server
-	stop   context.CancelFunc
-}
-
-// Kill closes the engine's listener and every connection at once, as a
-// crashed process would.
-func (e *Engine) Kill() {
-	_ = e.http.Close()
-	e.stop()
-}
-
-func startEngine(cfg server.Config) (*Engine, error) {
-	s, err := server.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, fmt.Errorf("engine listener: %w", err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	go s.Run(ctx)
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(l) }()
-	return &Engine{URL: "http://" + l.Addr().String(), Server: s, http: hs, stop: stop}, nil
-}
+type Engine = server.Loopback
 
 // StartCluster starts every region of the topology: its engines, its proxy
 // and its mesh node, joined through the first region. It does not wait for
@@ -173,7 +145,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		for j := range o.EnginesPerRegion {
 			ec := o.Engine
 			ec.Seed = uint64(100*i + j + 1)
-			e, err := startEngine(ec)
+			e, err := server.StartLoopback(ec)
 			if err != nil {
 				c.Close()
 				return nil, err

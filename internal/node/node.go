@@ -105,8 +105,9 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 			peerL.Close()
 		}
 	}
+	clientURL := "http://" + advertiseHost(l.Addr().String())
 	if cfg.AdvertiseURL == "" {
-		cfg.AdvertiseURL = "http://" + advertiseHost(l.Addr().String())
+		cfg.AdvertiseURL = clientURL
 		if peerL != nil {
 			cfg.AdvertiseURL = "https://" + advertiseHost(peerL.Addr().String())
 		}
@@ -131,8 +132,8 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 		closeListeners()
 		return nil, err
 	}
-	n := &Node{Region: cfg.Region, URL: "http://" + advertiseHost(l.Addr().String()), PeerURL: cfg.AdvertiseURL, Proxy: srv, cfg: cfg, log: o.Logger, listener: l, peers: peerL, served: make(chan error, 1)}
-	if len(cfg.Peers) > 0 || len(cfg.GossipKeys) > 0 || o.Links != nil {
+	n := &Node{Region: cfg.Region, URL: clientURL, PeerURL: cfg.AdvertiseURL, Proxy: srv, cfg: cfg, log: o.Logger, listener: l, peers: peerL, served: make(chan error, 1)}
+	if cfg.Peering() || o.Links != nil {
 		mc, err := MeshConfig(cfg, o.Version, o.Logger)
 		if err != nil {
 			closeListeners()
@@ -178,11 +179,11 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	}
 	serveCtx, stopServing := context.WithCancel(context.Background())
 	n.loops, n.serving = stopLoops, stopServing
+	var peerListeners []net.Listener
 	if peerL != nil {
-		go func() { n.served <- srv.Serve(serveCtx, l, peerL) }()
-	} else {
-		go func() { n.served <- srv.Serve(serveCtx, l) }()
+		peerListeners = append(peerListeners, peerL)
 	}
+	go func() { n.served <- srv.Serve(serveCtx, l, peerListeners...) }()
 	if n.admin != nil {
 		admin := &http.Server{Handler: srv.AdminHandler(), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = admin.Serve(n.admin) }() // ends when the node closes the listener

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -33,22 +32,12 @@ func simEngine(t *testing.T, faults server.Faults) (url string, kill func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Config{Model: "m", TimeScale: 4, Engine: engine.Config{Profile: p}, Faults: faults, Seed: 7})
+	e, err := server.StartLoopback(server.Config{Model: "m", TimeScale: 4, Engine: engine.Config{Profile: p}, Faults: faults, Seed: 7})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	go s.Run(ctx)
-	hs := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = hs.Serve(l) }()
-	var once sync.Once
-	kill = func() { once.Do(func() { _ = hs.Close(); stop() }) }
-	t.Cleanup(kill)
-	return "http://" + l.Addr().String(), kill
+	t.Cleanup(e.Kill)
+	return e.URL, e.Kill
 }
 
 // ending is how one request ended, as its client saw it.

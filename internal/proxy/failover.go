@@ -3,7 +3,6 @@ package proxy
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -157,15 +156,10 @@ func continuation(body []byte, text string, generated int) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-var errNoFailover = errors.New("mid-stream failover is off, or the stream is not a chat stream")
-
 // continueElsewhere re-issues a chat stream that broke midway to another
 // target and switches the client's stream to it. The broken attempt is
 // ended as failed (the passive rule counts it).
 func (x *exchange) continueElsewhere(events *alignedEvents) error {
-	if events == nil {
-		return errNoFailover
-	}
 	x.endAttempt(region.ReplicaFailed)
 	if x.cancel != nil {
 		x.cancel(nil)
@@ -184,7 +178,6 @@ func (x *exchange) continueElsewhere(events *alignedEvents) error {
 		return fmt.Errorf("the continuation was answered %s", resp.Status)
 	}
 	events.resume(resp.Body)
-	x.failovers++
 	x.start = time.Now()
 	if p := x.target.Peer; p != nil {
 		x.servedBy = p.Region

@@ -27,7 +27,7 @@ import (
 func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
-			w.Header().Set("Connection", "close") // so the client's next request opens a connection elsewhere
+			s.closeWhenDraining(w.Header())
 			apierr.Write(w, &apierr.Error{Code: apierr.Unavailable, Message: "this proxy is shutting down", RetryAfter: time.Second})
 			return
 		}
@@ -59,7 +59,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			s.reject(w, err, outcome)
 			return
 		}
-		_ = paced.rc.SetReadDeadline(time.Time{}) // the body is in; the connection may idle again
+		_ = rc.SetReadDeadline(time.Time{}) // the body is in; the connection may idle again
 		if err := s.applyHeaders(req, r.Header); err != nil {
 			s.reject(w, err, "bad_request")
 			return
@@ -71,12 +71,8 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		}
 		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
 		req.Deadline = arrival.Add(s.cfg.MaxWait) // retries do not extend it
-		if marker := r.Header.Get(ForwardHeader); marker != "" && s.cfg.TLSCert != "" && r.TLS == nil {
-			s.refused(r, "forwarded request on the plain port refused", errors.New("peers forward over TLS to the peer listener"))
-			s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: "forwarded requests are taken over TLS only, on the peer listener"}, "forbidden")
-			return
-		} else if marker != "" {
-			fwd, err := s.markers.verify(marker, s.cfg.Region, body, arrival)
+		if marker := r.Header.Get(ForwardHeader); marker != "" {
+			fwd, err := s.acceptForward(r, marker, body, arrival)
 			if err != nil {
 				s.refused(r, "forwarding marker refused", err)
 				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
@@ -98,6 +94,15 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		}
 		s.serve(w, r, kind, req, body)
 	}
+}
+
+// acceptForward checks a forwarded request: it came over TLS when the
+// proxy has a peer listener, and its marker verifies (see markers.verify).
+func (s *Server) acceptForward(r *http.Request, marker string, body []byte, now time.Time) (forward, error) {
+	if s.cfg.TLSCert != "" && r.TLS == nil {
+		return forward{}, errors.New("forwarded requests are taken over TLS only, on the peer listener")
+	}
+	return s.markers.verify(marker, s.cfg.Region, body, now)
 }
 
 // abandonBody gives up on the rest of a request body: the server would
@@ -283,7 +288,16 @@ func (s *Server) logEvery(key string, level slog.Level, msg string, args ...any)
 	}
 }
 
+// closeWhenDraining asks the client, once the proxy drains, to open its
+// next request's connection afresh (to another proxy) after this answer.
+func (s *Server) closeWhenDraining(h http.Header) {
+	if s.draining.Load() {
+		h.Set("Connection", "close")
+	}
+}
+
 func (s *Server) reject(w http.ResponseWriter, err error, outcome string) {
+	s.closeWhenDraining(w.Header())
 	e := apierr.From(err)
 	s.metrics.requests.WithLabelValues(s.cfg.Region, "", outcome).Inc()
 	apierr.Write(w, e)

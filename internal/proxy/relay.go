@@ -49,14 +49,13 @@ type exchange struct {
 	rejected  *apierr.Error // answered with this error before any byte
 	counter   relayCounter
 	pending   []*bodyReader // request bodies handed to the transport
+	out       *http.Request // the outbound request ReverseProxy made; each attempt clones it
 	// The attempt that reached the client: cancelling its context ends
 	// the upstream exchange; stall fires when no chunk came for
 	// StallTimeout.
-	out        *http.Request // the outbound request ReverseProxy made
 	attemptCtx context.Context
 	cancel     context.CancelCauseFunc
 	stall      *time.Timer
-	failovers  int // streams continued elsewhere after breaking midway
 }
 
 // Why an attempt's context ended, when the proxy ended it.
@@ -161,7 +160,7 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 		actx, cancel := context.WithCancelCause(ctx)
 		timeout := x.firstByteTimeout(o)
 		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
-		resp, err := x.send(actx, x.out, o, body)
+		resp, err := x.send(actx, o, body)
 		if err == nil && resp.StatusCode < 500 {
 			// Nothing reaches the client before the upstream's first body
 			// byte: until then a failure is retried elsewhere.
@@ -199,8 +198,8 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 }
 
 // send makes one attempt at the routed target with body, under ctx.
-func (x *exchange) send(ctx context.Context, out *http.Request, o routed, body []byte) (*http.Response, error) {
-	up := out.Clone(ctx)
+func (x *exchange) send(ctx context.Context, o routed, body []byte) (*http.Response, error) {
+	up := x.out.Clone(ctx)
 	up.Host = ""
 	var delay time.Duration
 	if o.replica != nil {
@@ -425,9 +424,7 @@ func modifyResponse(resp *http.Response) error {
 		h.Set("X-SkyWalker-Ingress-Region", x.s.cfg.Region)
 	}
 	h.Set("X-SkyWalker-Route-Reason", string(o.Decision.Reason))
-	if x.s.draining.Load() {
-		h.Set("Connection", "close") // after this answer, the client reconnects elsewhere
-	}
+	x.s.closeWhenDraining(h)
 	return nil
 }
 
@@ -446,9 +443,7 @@ func (s *Server) relayError(w http.ResponseWriter, r *http.Request, err error) {
 	if x != nil {
 		x.rejected = e
 	}
-	if s.draining.Load() {
-		w.Header().Set("Connection", "close")
-	}
+	s.closeWhenDraining(w.Header())
 	apierr.Write(w, e)
 }
 

@@ -175,12 +175,12 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
-		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "key-0a1b2c"}, body: body}
 		out := httptest.NewRequest("POST", "/v1/chat/completions", nil)
 		out.Header.Set("Authorization", "Bearer sk-secret")
+		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "key-0a1b2c"}, body: body, out: out}
 		o := routed{}
 		o.Peer = &region.Peer{Region: "eu-west", APIAddrs: []string{peer.URL}}
-		resp, err := x.send(context.Background(), out, o, body)
+		resp, err := x.send(context.Background(), o, body)
 		if err != nil {
 			t.Fatal(err)
 		}

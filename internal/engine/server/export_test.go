@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-	"net/http/httptest"
 	"testing"
 
 	"skywalker/internal/engine"
@@ -28,13 +26,10 @@ func StartForTest(tb testing.TB, profile string, cfg Config) (*Server, string) {
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 50
 	}
-	srv, err := New(cfg)
+	e, err := StartLoopback(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go srv.Run(ctx)
-	hs := httptest.NewServer(srv.Handler())
-	tb.Cleanup(func() { hs.Close(); cancel() })
-	return srv, hs.URL
+	tb.Cleanup(e.Kill)
+	return e.Server, e.URL
 }
