@@ -99,9 +99,11 @@ func TestOverloadIsRefusedAtOnceWithRetryAfter(t *testing.T) {
 	c.Links.SetRTT("us-east", "ap-east", 400*time.Millisecond)
 	gatesClosed(t, c, "us-east")
 	us := c.Region("us-east")
-	// Prime the queue-wait estimate with a few completions.
+	// Prime the queue-wait estimate with completions shaped like the
+	// burst's (a shorter warm-up teaches a per-request wait below what the
+	// burst takes, and a busy machine then admits all and sheds late).
 	for i := range 3 {
-		if r := call(t, us.URL, chat(fmt.Sprint("warm-up ", i), 16, true, ""), nil); r.status != 200 {
+		if r := call(t, us.URL, chat(strings.Repeat(fmt.Sprintf("warm-up %d asks about regional load. ", i), 30), 32, true, ""), nil); r.status != 200 {
 			t.Fatalf("warm-up: status %d", r.status)
 		}
 	}
@@ -117,6 +119,7 @@ func TestOverloadIsRefusedAtOnceWithRetryAfter(t *testing.T) {
 			}
 		}
 	}
+	t.Logf("statuses %v, 429 codes %v", statuses, codes)
 	if statuses[200] == 0 || codes["overloaded"] == 0 || statuses[429] != codes["overloaded"]+codes["shed"] || statuses[503] != 0 {
 		t.Errorf("statuses %v, 429 codes %v: want some served, some refused at once (overloaded), none held to the deadline (503)", statuses, codes)
 	}
