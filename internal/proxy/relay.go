@@ -322,12 +322,13 @@ func (x *exchange) endAttempt(how region.Outcome) {
 
 // watchedBody is an upstream body on its way to the client.
 type watchedBody struct {
-	x      *exchange
-	body   io.ReadCloser
-	events *alignedEvents // whole events only, for mid-stream failover; nil when off
-	failed error          // the upstream broke mid-body
-	tail   []byte
-	closed bool
+	x       *exchange
+	body    io.ReadCloser
+	events  *alignedEvents // whole events only, for mid-stream failover; nil when off
+	failed  error          // the upstream broke mid-body
+	tail    []byte
+	closed  bool
+	settled bool // the attempt has ended (see settle)
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
@@ -360,12 +361,14 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		x.counter.count(p[:n])
 	}
 	switch {
-	case err == io.EOF:
+	case err == io.EOF, x.counter.done:
+		// The engine is done (the body's end, or [DONE]; whatever broke
+		// after [DONE], the client closing first say, is no failure). Its
+		// slot frees now, before these last bytes reach the client: a
+		// client that sends its next turn the moment it has this answer
+		// must find the replica free, not busy with the answer it holds.
 		x.complete = true
-	case err != nil && x.counter.done:
-		// The client had the whole stream ([DONE]); whatever broke after
-		// it (the client closing first, say) is no failure.
-		x.complete = true
+		b.settle()
 	case err != nil && x.in.Context().Err() == nil && b.events != nil && x.continueElsewhere(b.events) == nil:
 		return n, nil // the stream goes on from another target
 	case err != nil && x.in.Context().Err() == nil:
@@ -395,18 +398,27 @@ func (b *watchedBody) Close() error {
 	if x.cancel != nil {
 		x.cancel(nil)
 	}
-	if !x.complete && x.counter.done {
-		x.complete = true // closed right after [DONE]: delivered in full
+	b.settle()
+	return err
+}
+
+// settle ends the attempt once, by how it went: served in full, failed by
+// the upstream, or let go (the client left, or a client error passed
+// through).
+func (b *watchedBody) settle() {
+	if b.settled {
+		return
 	}
+	b.settled = true
+	x := b.x
 	switch {
 	case x.complete && x.status < 300:
 		x.endAttempt(region.Served)
 	case x.broken != nil:
 		x.endAttempt(region.ReplicaFailed)
 	default:
-		x.endAttempt(region.Released) // the client left, or a client error passed through
+		x.endAttempt(region.Released)
 	}
-	return err
 }
 
 // modifyResponse labels the response with where it was served and why.
