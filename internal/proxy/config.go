@@ -94,7 +94,13 @@ type Config struct {
 	// and 0: clients may not reorder the engines' queues).
 	PriorityMin int `yaml:"priority_min"`
 	PriorityMax int `yaml:"priority_max"`
-	Retries     int `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
+	// PriorityClassMax is the most urgent class a client may ask for
+	// (X-SkyWalker-Priority or metadata.priority); a request above it is a
+	// 400 (SKYWALKER_PRIORITY_CLASS_MAX; default standard: only an
+	// operator who trusts the clients, or the gateway in front that sets
+	// the header, lets them mark requests critical).
+	PriorityClassMax string `yaml:"priority_class_max"`
+	Retries          int    `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
 	// FirstByteTimeout bounds an attempt's wait for its first byte; past
 	// it the target is counted failed (ejected by the passive rule) and
 	// the request retried elsewhere (SKYWALKER_FIRST_BYTE_TIMEOUT; default
@@ -208,7 +214,7 @@ func DefaultConfig() Config {
 		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, BodyBudget: 512 << 20, StallTimeout: 30 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
 		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
-		ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
+		PriorityClassMax: request.Standard.String(), ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
 }
 
 // DefaultTTFTObjective is the TTFT objective of every class unless
@@ -398,6 +404,7 @@ func (c *Config) ApplyEnv(getenv func(string) string) error {
 	integer("SKYWALKER_BODY_BUDGET", &c.BodyBudget)
 	integer("SKYWALKER_PRIORITY_MIN", &c.PriorityMin)
 	integer("SKYWALKER_PRIORITY_MAX", &c.PriorityMax)
+	str("SKYWALKER_PRIORITY_CLASS_MAX", &c.PriorityClassMax)
 	duration("SKYWALKER_BODY_TIMEOUT", &c.BodyTimeout)
 	duration("SKYWALKER_FIRST_BYTE_TIMEOUT", &c.FirstByteTimeout)
 	duration("SKYWALKER_STALL_TIMEOUT", &c.StallTimeout)
@@ -550,6 +557,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PriorityMin > c.PriorityMax {
 		bad("priority_min (SKYWALKER_PRIORITY_MIN)", "%d is above priority_max %d", c.PriorityMin, c.PriorityMax)
+	}
+	if _, err := request.ParseClass(c.PriorityClassMax); err != nil {
+		bad("priority_class_max (SKYWALKER_PRIORITY_CLASS_MAX)", "%q is not a class: use one of %s", c.PriorityClassMax, request.ClassNames)
 	}
 	if c.FirstByteTimeout < 0 {
 		bad("first_byte_timeout (SKYWALKER_FIRST_BYTE_TIMEOUT)", "must not be negative (0 derives it from the TTFT estimate)")

@@ -80,6 +80,7 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		{"admin on the client port", func(c *Config) { c.AdminListen = c.Listen }, "must not be the client port"},
 		{"in flight", func(c *Config) { c.MaxInFlight = 0 }, "max_in_flight"},
 		{"wait", func(c *Config) { c.MaxWait = -time.Second }, "max_wait"},
+		{"priority class bound", func(c *Config) { c.PriorityClassMax = "urgent" }, "priority_class_max (SKYWALKER_PRIORITY_CLASS_MAX)"},
 	}
 	for _, tc := range tests {
 		c := DefaultConfig()

@@ -97,6 +97,8 @@ func TestBadInputsGetTheirStatus(t *testing.T) {
 		{"forged forwarding marker", chat("hi", 2, false, ""), map[string]string{proxy.ForwardHeader: "us-east;x;1;00"}, 403, "forbidden"},
 		{"contradicting residency", chat("hi", 2, false, `,"metadata":{"data_residency":"eu"}`), map[string]string{"X-Data-Residency": "us"}, 400, "invalid_request"},
 		{"unknown priority", chat("hi", 2, false, ""), map[string]string{proxy.PriorityHeader: "urgent"}, 400, "invalid_request"},
+		{"a critical class this deployment does not let clients ask for", chat("hi", 2, false, ""), map[string]string{proxy.PriorityHeader: "critical"}, 400, "invalid_request"},
+		{"critical in metadata, not allowed either", chat("hi", 2, false, `,"metadata":{"priority":"critical"}`), nil, 400, "invalid_request"},
 		{"unknown priority in metadata", chat("hi", 2, false, `,"metadata":{"priority":"-1000000"}`), nil, 400, "invalid_request"},
 		{"an engine scheduling value outside the operator's range", chat("hi", 2, false, `,"priority":-1000000`), nil, 400, "invalid_request"},
 		{"tenant key over 256 bytes", chat("hi", 2, false, ""), map[string]string{proxy.DefaultTenantHeader: strings.Repeat("t", 257)}, 400, "invalid_request"},

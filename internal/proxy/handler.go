@@ -64,6 +64,11 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			s.reject(w, err, "bad_request")
 			return
 		}
+		if req.Class.Rank() < s.maxClass.Rank() {
+			s.reject(w, apierr.Invalid("priority", "priority class %s is above %s, the most urgent this deployment lets clients ask for (SKYWALKER_PRIORITY_CLASS_MAX)",
+				req.Class, s.maxClass), "bad_request")
+			return
+		}
 		if p := req.Priority; p < s.cfg.PriorityMin || p > s.cfg.PriorityMax {
 			s.reject(w, apierr.Invalid("priority", "priority %d is outside [%d, %d], the range this deployment allows (SKYWALKER_PRIORITY_MIN, SKYWALKER_PRIORITY_MAX)",
 				p, s.cfg.PriorityMin, s.cfg.PriorityMax), "bad_request")

@@ -57,6 +57,7 @@ type Server struct {
 	ids        atomic.Uint64
 	started    time.Time
 	gossipAddr atomic.Pointer[string]
+	maxClass   request.Class // the most urgent class a client may ask for
 }
 
 // New builds a proxy from a validated configuration.
@@ -97,6 +98,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.maxClass, _ = request.ParseClass(cfg.PriorityClassMax) // validated above
 	s.relay = newRelay(s, transport)
 	s.loops = &poolLoops{r: s.router, cfg: cfg, cp: cfg.ControlPlane(), client: &http.Client{Transport: transport}, log: s.log}
 	s.metrics = newMetrics(cfg.Region, s.router)
