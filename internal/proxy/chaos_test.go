@@ -13,6 +13,7 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/request"
 	"skywalker/internal/testwait"
 )
 
@@ -124,20 +125,26 @@ func TestChaos(t *testing.T) {
 		}
 	}
 
-	t.Run("SIGTERM with requests held", func(t *testing.T) {
-		url, _ := simEngine(t, server.Faults{})
-		p := startSolo(t, []string{url}, func(c *Config) { c.MaxInFlight, c.DrainTimeout, c.TTFTObjective = 4, 3*time.Second, 0 })
-		done := make(chan *tally)
-		go func() { done <- burst(p.addr, 60, 200) }()
-		testwait.Eventually(t, 30*time.Second, "requests to be held", func() (bool, string) {
-			q := p.srv.QueueLength()
-			return q >= 40, fmt.Sprintf("%d held", q)
+	// The probe's case: 150 requests, 64 at the engine and 86 held when
+	// SIGTERM comes. Short answers let the queue drain into the freed
+	// slots; long ones cannot finish, and are ended with an error event.
+	for _, tokens := range []int{150, 1000} {
+		t.Run(fmt.Sprintf("SIGTERM with requests held, %d-token answers", tokens), func(t *testing.T) {
+			url, _ := simEngine(t, server.Faults{})
+			p := startSolo(t, []string{url}, func(c *Config) { c.MaxInFlight, c.DrainTimeout, c.TTFTObjective = 64, 3*time.Second, 0 })
+			done := make(chan *tally)
+			go func() { done <- burst(p.addr, 150, tokens) }()
+			var inFlight, held int
+			testwait.Eventually(t, 60*time.Second, "64 requests in flight and 86 held", func() (bool, string) {
+				inFlight, held = p.srv.router.View(&request.Request{}).Local.Replicas[0].InFlight, p.srv.QueueLength()
+				return inFlight == 64 && held == 86, fmt.Sprintf("%d in flight, %d held", inFlight, held)
+			})
+			if err := p.drain(); err != nil {
+				t.Errorf("drain: %v", err)
+			}
+			row(fmt.Sprintf("SIGTERM, %d in flight + %d held, %d-token answers, 3 s drain", inFlight, held, tokens), <-done)
 		})
-		if err := p.drain(); err != nil {
-			t.Errorf("drain: %v", err)
-		}
-		row("SIGTERM, 4 in flight + 56 held, 3 s drain", <-done)
-	})
+	}
 
 	t.Run("one of two engines hangs every request", func(t *testing.T) {
 		hung, _ := simEngine(t, server.Faults{HangRate: 1})

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"skywalker/internal/request"
 	"skywalker/internal/testwait"
 )
 
@@ -91,5 +92,77 @@ func TestADrainServesOrAnswersEveryRequestItHolds(t *testing.T) {
 	}
 	if err := <-drained; err != nil {
 		t.Errorf("drain: %v", err)
+	}
+}
+
+// What is in flight when the drain deadline nears is ended with what the
+// client can act on: a request nothing was sent for yet is answered 503
+// with a Retry-After, a stream that had begun ends with an error event,
+// and the replica is not blamed for it. Without this the server's final
+// close cut both off with no word.
+func TestADrainEndsWhatIsStillInFlightWithAStatusOrAnErrorEvent(t *testing.T) {
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"stream":true`) { // one token, then nothing
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"once\"}}]}\n\n")
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done() // a very long answer
+	}))
+	t.Cleanup(engine.Close)
+	p := startSolo(t, []string{engine.URL}, func(c *Config) { c.DrainTimeout, c.EjectAfter = 2*time.Second, 1 }) // one failure would eject
+	tests := []struct {
+		name   string
+		stream bool
+	}{
+		{"not streamed, nothing sent yet", false},
+		{"a stream that had begun", true},
+	}
+	type answer struct {
+		status     int
+		retryAfter string
+		body       string
+		err        error
+	}
+	answers := make([]chan answer, len(tests))
+	for i, tc := range tests {
+		answers[i] = make(chan answer, 1)
+		go func() {
+			resp, err := http.Post("http://"+p.addr+"/v1/chat/completions", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"messages":[{"role":"user","content":"hi"}],"stream":%v}`, tc.stream)))
+			if err != nil {
+				answers[i] <- answer{err: err}
+				return
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers[i] <- answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: string(body), err: err}
+		}()
+	}
+	testwait.Eventually(t, 30*time.Second, "both requests in flight at the engine", func() (bool, string) {
+		n := p.srv.Router().View(&request.Request{}).Local.Replicas[0].InFlight
+		return n == 2, fmt.Sprintf("%d in flight", n)
+	})
+	if err := p.drain(); err != nil {
+		t.Errorf("drain: %v", err)
+	}
+	for i, tc := range tests {
+		a := <-answers[i]
+		switch {
+		case a.err != nil:
+			t.Errorf("%s: cut off without a word: %v (read %q)", tc.name, a.err, a.body)
+		case !tc.stream && (a.status != 503 || a.retryAfter == "" || !strings.Contains(a.body, "shutting down")):
+			t.Errorf("%s: status %d, Retry-After %q, body %q; want 503 saying the proxy is shutting down, with a Retry-After", tc.name, a.status, a.retryAfter, a.body)
+		case tc.stream && (a.status != 200 || !strings.Contains(a.body, `"code":"service_unavailable"`) || !strings.Contains(a.body, "shutting down")):
+			t.Errorf("%s: status %d, body %q; want the stream ended by a service_unavailable error event", tc.name, a.status, a.body)
+		}
+	}
+	if m := p.srv.Router().View(&request.Request{}).Local.Replicas[0]; !m.Healthy {
+		t.Error("the replica was blamed for the requests the drain ended")
 	}
 }

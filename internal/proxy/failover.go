@@ -161,9 +161,7 @@ func continuation(body []byte, text string, generated int) ([]byte, error) {
 // ended as failed (the passive rule counts it).
 func (x *exchange) continueElsewhere(events *alignedEvents) error {
 	x.endAttempt(region.ReplicaFailed)
-	if x.cancel != nil {
-		x.cancel(nil)
-	}
+	x.endContext()
 	body, err := continuation(x.body, events.text.String(), events.tokens)
 	if err != nil {
 		return fmt.Errorf("continuation body: %w", err)

@@ -55,6 +55,7 @@ type exchange struct {
 	// StallTimeout.
 	attemptCtx context.Context
 	cancel     context.CancelCauseFunc
+	stopExpire func() bool // unhooks the attempt from the drain deadline
 	stall      *time.Timer
 }
 
@@ -62,6 +63,9 @@ type exchange struct {
 var (
 	errNoFirstByte = errors.New("no first byte in time")
 	errStalled     = errors.New("the upstream stream stalled")
+	// errDrained ends what is still in flight when the drain deadline is
+	// near: the proxy is about to exit, and a client told so can retry.
+	errDrained = errors.New("this proxy is shutting down and could not finish the request before its drain deadline; retry")
 )
 
 // firstByteTimeout is how long an attempt may wait for its first byte:
@@ -157,7 +161,9 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 		}
 		// Each attempt has its own context: cancelled if no first byte
 		// comes in time (the target hung), or later if the stream stalls.
+		// And when the drain deadline is near (see Server.Serve).
 		actx, cancel := context.WithCancelCause(ctx)
+		stopExpire := context.AfterFunc(x.s.expiring, func() { cancel(errDrained) })
 		timeout := x.firstByteTimeout(o)
 		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
 		resp, err := x.send(actx, o, body)
@@ -165,7 +171,7 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 			// Nothing reaches the client before the upstream's first body
 			// byte: until then a failure is retried elsewhere.
 			if err = awaitFirstByte(resp); err == nil && timer.Stop() {
-				x.attemptCtx, x.cancel = actx, cancel
+				x.attemptCtx, x.cancel, x.stopExpire = actx, cancel, stopExpire
 				return resp, nil
 			}
 			resp.Body.Close()
@@ -177,9 +183,15 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 			resp.Body.Close()
 			err = errors.New("upstream answered " + resp.Status)
 		}
-		if context.Cause(actx) == errNoFirstByte {
+		stopExpire()
+		switch context.Cause(actx) {
+		case errNoFirstByte:
 			err = fmt.Errorf("no first byte within %v", timeout)
 			x.s.metrics.upstreamTimeouts.WithLabelValues("first_byte").Inc()
+		case errDrained: // not the target's fault, and nowhere to retry
+			cancel(nil)
+			x.endAttempt(region.Released)
+			return nil, &apierr.Error{Code: apierr.Unavailable, Message: errDrained.Error(), RetryAfter: time.Second}
 		}
 		cancel(nil)
 		x.endAttempt(region.ReplicaFailed)
@@ -304,6 +316,14 @@ func (x *exchange) watch(resp *http.Response) {
 	resp.Body = wb
 }
 
+// endContext ends the context of the attempt that reached the client.
+func (x *exchange) endContext() {
+	if x.cancel != nil {
+		x.stopExpire()
+		x.cancel(nil)
+	}
+}
+
 // endAttempt gives back what the current attempt took: the replica's slot
 // (with how it went) or the forward's count at the peer.
 func (x *exchange) endAttempt(how region.Outcome) {
@@ -345,8 +365,13 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.body.Read(p)
 	x := b.x
-	if err != nil && err != io.EOF && x.attemptCtx != nil && context.Cause(x.attemptCtx) == errStalled {
-		err = fmt.Errorf("%w: no chunk for %v", errStalled, x.s.cfg.StallTimeout)
+	if err != nil && err != io.EOF && x.attemptCtx != nil {
+		switch context.Cause(x.attemptCtx) {
+		case errStalled:
+			err = fmt.Errorf("%w: no chunk for %v", errStalled, x.s.cfg.StallTimeout)
+		case errDrained:
+			err = errDrained
+		}
 	}
 	if n > 0 {
 		if x.stall != nil {
@@ -369,13 +394,17 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		// must find the replica free, not busy with the answer it holds.
 		x.complete = true
 		b.settle()
-	case err != nil && x.in.Context().Err() == nil && b.events != nil && x.continueElsewhere(b.events) == nil:
+	case err != nil && x.in.Context().Err() == nil && err != errDrained && b.events != nil && x.continueElsewhere(b.events) == nil:
 		return n, nil // the stream goes on from another target
 	case err != nil && x.in.Context().Err() == nil:
-		// The upstream broke, not the client: never fake a clean end.
+		// The upstream broke, or the proxy is about to exit, not the
+		// client: never fake a clean end.
 		b.failed, x.broken = err, err
 		if x.counter.sse {
 			e := apierr.New(apierr.Upstream, "the upstream stream failed midway: %v", err)
+			if err == errDrained {
+				e = &apierr.Error{Code: apierr.Unavailable, Message: errDrained.Error(), RetryAfter: time.Second}
+			}
 			b.tail = append(append([]byte("data: "), e.JSON()...), '\n', '\n')
 			return n, nil
 		}
@@ -395,9 +424,7 @@ func (b *watchedBody) Close() error {
 	if x.stall != nil && !x.stall.Stop() && context.Cause(x.attemptCtx) == errStalled {
 		x.s.metrics.upstreamTimeouts.WithLabelValues("stall").Inc()
 	}
-	if x.cancel != nil {
-		x.cancel(nil)
-	}
+	x.endContext()
 	b.settle()
 	return err
 }
@@ -414,7 +441,7 @@ func (b *watchedBody) settle() {
 	switch {
 	case x.complete && x.status < 300:
 		x.endAttempt(region.Served)
-	case x.broken != nil:
+	case x.broken != nil && x.broken != errDrained:
 		x.endAttempt(region.ReplicaFailed)
 	default:
 		x.endAttempt(region.Released)

@@ -58,6 +58,10 @@ type Server struct {
 	started    time.Time
 	gossipAddr atomic.Pointer[string]
 	maxClass   request.Class // the most urgent class a client may ask for
+	// expiring ends when the drain deadline is near: what is still in
+	// flight is then ended with a status or an error event.
+	expiring context.Context
+	expire   context.CancelFunc
 }
 
 // New builds a proxy from a validated configuration.
@@ -99,6 +103,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s.maxClass, _ = request.ParseClass(cfg.PriorityClassMax) // validated above
+	s.expiring, s.expire = context.WithCancel(context.Background())
 	s.relay = newRelay(s, transport)
 	s.loops = &poolLoops{r: s.router, cfg: cfg, cp: cfg.ControlPlane(), client: &http.Client{Transport: transport}, log: s.log}
 	s.metrics = newMetrics(cfg.Region, s.router)
@@ -162,8 +167,10 @@ func (s *Server) Start(ctx context.Context) error {
 // Serve serves HTTP on l until ctx ends, then drains: it reports
 // not-ready and tells its peers (they stop forwarding to it at once), stops
 // accepting, and serves or forwards what it holds and has in flight within
-// DrainTimeout. What is still held shortly before the deadline is answered
-// 503 with a Retry-After, never cut off. The background loops (Start) must
+// DrainTimeout. Shortly before the deadline what is still held is answered
+// 503 with a Retry-After, and what is still in flight is ended — 503 if
+// nothing was sent yet, an error event if a stream had begun — never cut
+// off. The background loops (Start) must
 // run until Serve returns: they pump the queue. peers, if any, are more
 // listeners for the same handler (the TLS listener other regions forward
 // to).
@@ -177,7 +184,8 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, peers ...net.Listene
 		Expire: func() {
 			n := s.router.flushHeld(&apierr.Error{Code: apierr.Unavailable, RetryAfter: time.Second,
 				Message: "this proxy is shutting down and could not serve the request in time; retry"})
-			s.log.Info("drain deadline near: answered the requests still held", "held", n)
+			s.expire()
+			s.log.Info("drain deadline near: answered the requests still held and ended those in flight", "held", n)
 		}}, peers...)
 }
 
