@@ -438,6 +438,9 @@ func (b *watchedBody) settle() {
 	}
 	b.settled = true
 	x := b.x
+	if x.complete && x.stall != nil {
+		x.stall.Stop() // an engine slow to close after [DONE] has not stalled
+	}
 	switch {
 	case x.complete && x.status < 300:
 		x.endAttempt(region.Served)
