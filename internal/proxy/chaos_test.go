@@ -151,9 +151,19 @@ func TestChaos(t *testing.T) {
 		good, _ := simEngine(t, server.Faults{})
 		p := startSolo(t, []string{hung, good}, nil) // the default first-byte timeout
 		start := time.Now()
+		ejected := make(chan time.Duration, 1)
+		go func() { // when the hung engine leaves the healthy set
+			for p.srv.HealthyReplicas() == 2 && time.Since(start) < time.Minute {
+				time.Sleep(5 * time.Millisecond)
+			}
+			ejected <- time.Since(start)
+		}()
 		tl := burst(p.addr, 30, 20)
 		row(fmt.Sprintf("1 of 2 engines hangs (default first-byte timeout %v)", MinFirstByteTimeout), tl)
-		fmt.Fprintf(&table, "%-72s %d healthy replica(s) %v after the burst began\n", "", p.srv.HealthyReplicas(), time.Since(start).Round(100*time.Millisecond))
+		if n := p.srv.HealthyReplicas(); n != 1 {
+			t.Errorf("%d healthy replicas after the burst; the hung one should have been ejected", n)
+		}
+		fmt.Fprintf(&table, "%-72s the hung engine ejected %v after the burst began\n", "", (<-ejected).Round(10*time.Millisecond))
 	})
 
 	for _, failover := range []bool{false, true} {
