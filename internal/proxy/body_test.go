@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"skywalker/internal/policy"
+	"skywalker/internal/request"
 	"skywalker/internal/testwait"
 )
 
@@ -71,6 +73,11 @@ func startSoloWith(tb testing.TB, replicas []string, tune func(*Config), opts Op
 	}
 	tb.Cleanup(func() { _ = drain(); stopLoops() })
 	return solo{addr: l.Addr().String(), srv: srv, drain: drain}
+}
+
+// replica is the i-th replica as the policy sees it now.
+func (p solo) replica(i int) policy.Replica {
+	return p.srv.router.View(&request.Request{}).Local.Replicas[i]
 }
 
 // countingBackend answers every request with a small completion and counts

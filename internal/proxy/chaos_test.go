@@ -13,7 +13,6 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
-	"skywalker/internal/request"
 	"skywalker/internal/testwait"
 )
 
@@ -136,7 +135,7 @@ func TestChaos(t *testing.T) {
 			go func() { done <- burst(p.addr, 150, tokens) }()
 			var inFlight, held int
 			testwait.Eventually(t, 60*time.Second, "64 requests in flight and 86 held", func() (bool, string) {
-				inFlight, held = p.srv.router.View(&request.Request{}).Local.Replicas[0].InFlight, p.srv.QueueLength()
+				inFlight, held = p.replica(0).InFlight, p.srv.QueueLength()
 				return inFlight == 64 && held == 86, fmt.Sprintf("%d in flight, %d held", inFlight, held)
 			})
 			if err := p.drain(); err != nil {

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"skywalker/internal/request"
 	"skywalker/internal/testwait"
 )
 
@@ -101,21 +100,9 @@ func TestADrainServesOrAnswersEveryRequestItHolds(t *testing.T) {
 // and the replica is not blamed for it. Without this the server's final
 // close cut both off with no word.
 func TestADrainEndsWhatIsStillInFlightWithAStatusOrAnErrorEvent(t *testing.T) {
-	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/chat/completions" {
-			http.NotFound(w, r)
-			return
-		}
-		body, _ := io.ReadAll(r.Body)
-		if strings.Contains(string(body), `"stream":true`) { // one token, then nothing
-			w.Header().Set("Content-Type", "text/event-stream")
-			_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"once\"}}]}\n\n")
-			w.(http.Flusher).Flush()
-		}
-		<-r.Context().Done() // a very long answer
-	}))
-	t.Cleanup(engine.Close)
-	p := startSolo(t, []string{engine.URL}, func(c *Config) { c.DrainTimeout, c.EjectAfter = 2*time.Second, 1 }) // one failure would eject
+	// A very long answer; one failure would eject the replica.
+	engine := stallingBackend(t, "data: {\"choices\":[{\"delta\":{\"content\":\"once\"}}]}\n\n")
+	p := startSolo(t, []string{engine.URL}, func(c *Config) { c.DrainTimeout, c.EjectAfter = 2*time.Second, 1 })
 	tests := []struct {
 		name   string
 		stream bool
@@ -145,7 +132,7 @@ func TestADrainEndsWhatIsStillInFlightWithAStatusOrAnErrorEvent(t *testing.T) {
 		}()
 	}
 	testwait.Eventually(t, 30*time.Second, "both requests in flight at the engine", func() (bool, string) {
-		n := p.srv.Router().View(&request.Request{}).Local.Replicas[0].InFlight
+		n := p.replica(0).InFlight
 		return n == 2, fmt.Sprintf("%d in flight", n)
 	})
 	if err := p.drain(); err != nil {
@@ -162,7 +149,7 @@ func TestADrainEndsWhatIsStillInFlightWithAStatusOrAnErrorEvent(t *testing.T) {
 			t.Errorf("%s: status %d, body %q; want the stream ended by a service_unavailable error event", tc.name, a.status, a.body)
 		}
 	}
-	if m := p.srv.Router().View(&request.Request{}).Local.Replicas[0]; !m.Healthy {
+	if !p.replica(0).Healthy {
 		t.Error("the replica was blamed for the requests the drain ended")
 	}
 }

@@ -184,16 +184,16 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 			err = errors.New("upstream answered " + resp.Status)
 		}
 		stopExpire()
-		switch context.Cause(actx) {
+		cause := context.Cause(actx)
+		cancel(nil)
+		switch cause {
 		case errNoFirstByte:
 			err = fmt.Errorf("no first byte within %v", timeout)
 			x.s.metrics.upstreamTimeouts.WithLabelValues("first_byte").Inc()
 		case errDrained: // not the target's fault, and nowhere to retry
-			cancel(nil)
 			x.endAttempt(region.Released)
 			return nil, &apierr.Error{Code: apierr.Unavailable, Message: errDrained.Error(), RetryAfter: time.Second}
 		}
-		cancel(nil)
 		x.endAttempt(region.ReplicaFailed)
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

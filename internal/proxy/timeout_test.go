@@ -63,6 +63,27 @@ func hungBackend(t *testing.T) (*httptest.Server, *atomic.Int64) {
 	return b, &n
 }
 
+// stallingBackend answers a streamed chat request with events, then sends
+// nothing more until the proxy hangs up; a request not streamed is never
+// answered.
+func stallingBackend(t *testing.T, events string) *httptest.Server {
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		if strings.Contains(string(body), `"stream":true`) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			_, _ = io.WriteString(w, events)
+			w.(http.Flusher).Flush()
+		}
+		<-r.Context().Done()
+	}))
+	t.Cleanup(b.Close)
+	return b
+}
+
 // One of two replicas hangs on every request: each request it gets times
 // out at the first-byte timeout and is retried on the other, and the hung
 // replica is ejected by the passive rule, so later requests go straight
@@ -125,18 +146,7 @@ func TestAHungReplicaIsTimedOutRetriedAndEjected(t *testing.T) {
 // A stream that goes silent after its first chunk is ended after the stall
 // timeout with an error event, not left open.
 func TestAStalledStreamEndsWithAnErrorEvent(t *testing.T) {
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/v1/chat/completions" {
-			http.NotFound(w, r)
-			return
-		}
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "text/event-stream")
-		_, _ = io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
-		w.(http.Flusher).Flush()
-		<-r.Context().Done() // then nothing
-	}))
-	t.Cleanup(backend.Close)
+	backend := stallingBackend(t, "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n")
 	p := startSolo(t, []string{backend.URL}, func(c *Config) { c.StallTimeout = 300 * time.Millisecond })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
