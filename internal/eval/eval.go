@@ -59,6 +59,14 @@ var Set = []Entry{
 	{Scenario: "wide-wan", Role: Evaluation},
 	{Scenario: "burst", Role: Evaluation},
 	{Scenario: "mooncake", Role: Evaluation},
+	// Wave 3's out-of-sample fleets, committed before the rule changes
+	// they judge: unequal regions with links over 120 ms, long shared
+	// documents, a flash crowd in a small far region, a region lost at
+	// its peak.
+	{Scenario: "unequal-4region", Role: Evaluation},
+	{Scenario: "rag-documents", Role: Evaluation},
+	{Scenario: "flash-crowd", Role: Evaluation},
+	{Scenario: "region-outage", Role: Evaluation},
 }
 
 // Variant is one policy as deployed: a router per region (Router empty),
