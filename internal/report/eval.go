@@ -2,6 +2,7 @@ package report
 
 import (
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"image/color"
 	"io"
@@ -46,6 +47,17 @@ func EvalDir(dir string, rep *eval.Report) ([]string, error) {
 		paths = append(paths, path)
 		return f.Close()
 	}
+	// The data first: a figure that cannot be drawn must not lose a run
+	// that took minutes.
+	if err := write("results.json.gz", func(w io.Writer) error {
+		zw := gzip.NewWriter(w)
+		if err := JSON(zw, rep); err != nil {
+			return err
+		}
+		return zw.Close()
+	}); err != nil {
+		return nil, err
+	}
 	figures := map[string][]string{}
 	for _, s := range rep.Scenarios {
 		for _, fig := range []struct {
@@ -55,26 +67,20 @@ func EvalDir(dir string, rep *eval.Report) ([]string, error) {
 			{"slo_vs_load", sloVsLoad}, {"p99_vs_load", p99VsLoad}, {"slo_vs_size", sloVsSize}, {"p99_vs_size", p99VsSize},
 		} {
 			p, err := fig.plot(s, rep.Target)
+			if errors.Is(err, errNothingToDraw) {
+				continue // every value infinite (a policy that misses everywhere): the tables say so
+			}
 			if err != nil {
-				return nil, err
+				return paths, err
 			}
 			name := s.Name + "_" + fig.name + ".svg"
 			path := filepath.Join(dir, name)
 			if err := SaveSVG(p, evalW, evalH, path); err != nil {
-				return nil, fmt.Errorf("save %s: %w", path, err)
+				return paths, fmt.Errorf("save %s: %w", path, err)
 			}
 			paths = append(paths, path)
 			figures[s.Name] = append(figures[s.Name], name)
 		}
-	}
-	if err := write("results.json.gz", func(w io.Writer) error {
-		zw := gzip.NewWriter(w)
-		if err := JSON(zw, rep); err != nil {
-			return err
-		}
-		return zw.Close()
-	}); err != nil {
-		return nil, err
 	}
 	if err := write("report.md", func(w io.Writer) error { return EvalMarkdown(w, rep, figures) }); err != nil {
 		return nil, err
@@ -303,6 +309,10 @@ func sizeTable(s *eval.ScenarioResult) string {
 	return b.String()
 }
 
+// errNothingToDraw: no variant has a finite value to plot (on a log
+// scale an empty plot cannot even be drawn).
+var errNothingToDraw = errors.New("no finite value to draw")
+
 // curve draws one line per variant.
 func curve(title, xLabel, yLabel string, s *eval.ScenarioResult, logY bool, pick func(*eval.VariantResult) []eval.Point,
 	y func(eval.Point) float64) (*plot.Plot, error) {
@@ -331,6 +341,9 @@ func curve(title, xLabel, yLabel string, s *eval.ScenarioResult, logY bool, pick
 		if len(xys) > 0 {
 			lines = append(lines, v.Variant, xys)
 		}
+	}
+	if len(lines) == 0 {
+		return nil, fmt.Errorf("%s: %w", title, errNothingToDraw)
 	}
 	if err := plotutil.AddLinePoints(p, lines...); err != nil {
 		return nil, fmt.Errorf("%s: %w", title, err)

@@ -158,3 +158,34 @@ func FuzzEvalReport(f *testing.F) {
 		}
 	})
 }
+
+// A policy that misses at every point has no finite p99: its figures
+// cannot be drawn (a log scale over nothing panicked), but the run's data
+// and report are still written, with the figures that can be.
+func TestAnEvaluationWhoseEveryP99IsInfiniteIsStillWritten(t *testing.T) {
+	rep := evalFixture()
+	s := rep.Scenarios[0]
+	s.Variants = s.Variants[:1]
+	for _, pts := range [][]eval.Point{s.Variants[0].Load, s.Variants[0].Size} {
+		for i := range pts {
+			pts[i].TTFTP99 = eval.Summarize([]float64{math.Inf(1), math.Inf(1)})
+		}
+	}
+	dir := t.TempDir()
+	if _, err := EvalDir(dir, rep); err != nil {
+		t.Fatalf("EvalDir: %v", err)
+	}
+	for name, want := range map[string]bool{"results.json.gz": true, "report.md": true, "paper-l4_slo_vs_load.svg": true,
+		"paper-l4_slo_vs_size.svg": true, "paper-l4_p99_vs_load.svg": false, "paper-l4_p99_vs_size.svg": false} {
+		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != want {
+			t.Errorf("%s written = %v, want %v", name, err == nil, want)
+		}
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(md), "p99_vs_load.svg") {
+		t.Error("report.md links a figure that was not drawn")
+	}
+}
