@@ -71,15 +71,26 @@ var Set = []Entry{
 
 // Variant is one policy as deployed: a router per region (Router empty),
 // or one router in one region serving every region (the way global load
-// balancers are deployed today).
+// balancers are deployed today). A Pooled variant is no deployment but
+// the evaluation's bound: one router in front of every replica, with every
+// RTT (between regions and to clients) zero — the fleet pooled where
+// distance costs nothing, and one router that indexes every cache.
 type Variant struct {
 	Policy string
 	Router string
+	Pooled bool
 }
 
-// Label names the variant: "cache-aware", or "cache-aware@us-east".
+// PooledLabel is the router name that marks a pooled variant's label.
+const PooledLabel = "pooled"
+
+// Label names the variant: "cache-aware", "cache-aware@us-east", or
+// "cache-aware@pooled".
 func (v Variant) Label() string {
-	if v.Router == "" {
+	switch {
+	case v.Pooled:
+		return v.Policy + "@" + PooledLabel
+	case v.Router == "":
 		return v.Policy
 	}
 	return v.Policy + "@" + v.Router
@@ -88,6 +99,9 @@ func (v Variant) Label() string {
 // ParseVariant reads a Label.
 func ParseVariant(s string) Variant {
 	p, r, _ := strings.Cut(s, "@")
+	if r == PooledLabel {
+		return Variant{Policy: p, Pooled: true}
+	}
 	return Variant{Policy: p, Router: r}
 }
 
@@ -96,6 +110,14 @@ func ParseVariant(s string) Variant {
 func (v Variant) check(sc *sim.Scenario) error {
 	if _, err := policy.New(v.Policy, policy.DefaultConfig()); err != nil {
 		return err
+	}
+	if v.Pooled {
+		for _, p := range SingleRouterPolicies {
+			if p == v.Policy {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s: only a single-router policy (%s) can be pooled", v.Label(), strings.Join(SingleRouterPolicies, ", "))
 	}
 	if v.Router == "" {
 		return nil
@@ -123,6 +145,10 @@ var PerRegionPolicies = []string{"skywalker", "skylb", "gorgo", "local", "round-
 // first region: the deployment users run today.
 var SingleRouterPolicies = []string{"round-robin", "least-load", "consistent-hash", "cache-aware", "gorgo"}
 
+// PooledPolicies bound every scenario: each as one router over the whole
+// fleet at zero RTT (Variant.Pooled); the bound is the best of them.
+var PooledPolicies = []string{"cache-aware", "gorgo"}
+
 // DefaultVariants are the variants evaluated on a scenario.
 func DefaultVariants(sc *sim.Scenario) []Variant {
 	var out []Variant
@@ -131,6 +157,9 @@ func DefaultVariants(sc *sim.Scenario) []Variant {
 	}
 	for _, p := range SingleRouterPolicies {
 		out = append(out, Variant{Policy: p, Router: sc.Regions[0].Name})
+	}
+	for _, p := range PooledPolicies {
+		out = append(out, Variant{Policy: p, Pooled: true})
 	}
 	return out
 }
@@ -221,6 +250,34 @@ type ScenarioResult struct {
 	Cap      int              `json:"search_cap"`
 	Variants []*VariantResult `json:"variants"`
 	Targets  []Target         `json:"targets"`
+	// Bound is the pooled variant that needs the fewest replicas (see
+	// Variant.Pooled), if any ran: the limit every policy is measured
+	// against.
+	Bound string `json:"pooling_bound,omitempty"`
+}
+
+// BoundResult is the pooling bound's result, or nil.
+func (s *ScenarioResult) BoundResult() *VariantResult {
+	for _, v := range s.Variants {
+		if v.Variant == s.Bound {
+			return v
+		}
+	}
+	return nil
+}
+
+// pickBound names the pooled variant that needs the fewest replicas.
+func pickBound(vs []*VariantResult) string {
+	var best *VariantResult
+	for _, v := range vs {
+		if ParseVariant(v.Variant).Pooled && (best == nil || v.MinReplicas.Mean < best.MinReplicas.Mean) {
+			best = v
+		}
+	}
+	if best == nil {
+		return ""
+	}
+	return best.Variant
 }
 
 // VariantResult is one variant on one scenario.
@@ -493,6 +550,9 @@ func (e *evaluator) simulate(ctx context.Context, j job) (*results.Result, error
 		return nil, fmt.Errorf("eval %s: %w", sc.Name, err)
 	}
 	cfg.Policy, cfg.Router = j.variant.Policy, j.variant.Router
+	if j.variant.Pooled {
+		pool(&cfg, sc.Regions[0].Name)
+	}
 	if e.opt.PolicyConfig != nil {
 		pc := *cfg.PolicyConfig
 		e.opt.PolicyConfig(&pc)
@@ -521,6 +581,16 @@ func (e *evaluator) simulate(ctx context.Context, j job) (*results.Result, error
 		e.opt.Progress(done, total)
 	}
 	return res, nil
+}
+
+// pool makes cfg the pooling bound's world: one router, in region
+// router, before every replica, with no distance anywhere.
+func pool(cfg *sim.Config, router string) {
+	cfg.Router = router
+	cfg.ClientRTT, cfg.Jitter = 0, 0
+	for i := range cfg.RTT {
+		clear(cfg.RTT[i])
+	}
 }
 
 // arrivals is how many requests the scenario's workload sends at a seed
@@ -739,6 +809,7 @@ func (e *evaluator) scenario(ctx context.Context, p *scenarioPlan) (*ScenarioRes
 		}
 		res.Variants = append(res.Variants, vr)
 	}
+	res.Bound = pickBound(res.Variants)
 	res.Targets = targets(res, p, e.opt.Target)
 	return res, nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"skywalker/internal/results"
 	"skywalker/internal/sim"
@@ -96,6 +97,9 @@ func TestVariantLabelsRoundTrip(t *testing.T) {
 		{"gorgo@west", true},
 		{"cache-aware@mars", false},
 		{"nonsense", false},
+		{"cache-aware@pooled", true},
+		{"skywalker@pooled", false}, // a router per region cannot be one router over the pool
+
 	} {
 		v := ParseVariant(tc.label)
 		if v.Label() != tc.label {
@@ -260,6 +264,47 @@ func TestTargetsReportAMissWithItsReason(t *testing.T) {
 		}
 		if !ok || tg.Met != want || tg.Detail == "" {
 			t.Errorf("goal %q: %+v, want met=%v with a detail", prefix, tg, want)
+		}
+	}
+}
+
+// The pooled variant runs one router before the whole fleet with no
+// distance anywhere; it is the bound, not a rival: it names the scenario's
+// limit and gives the "within 10%" goal, and never the "fewest replicas"
+// or "best other" ones.
+func TestThePoolingBoundIsTheLimitNotARival(t *testing.T) {
+	cfg := sim.Config{ClientRTT: 37 * time.Millisecond, Jitter: time.Millisecond,
+		RTT: [][]time.Duration{{0, 72 * time.Millisecond}, {72 * time.Millisecond, 0}}}
+	pool(&cfg, "east")
+	if cfg.Router != "east" || cfg.ClientRTT != 0 || cfg.Jitter != 0 || cfg.RTT[0][1] != 0 || cfg.RTT[1][0] != 0 {
+		t.Errorf("pooled config %+v: want one router in east and no RTT anywhere", cfg)
+	}
+	p := &scenarioPlan{sc: twoRegionSpec(t), loads: []float64{1}}
+	pt := Point{X: 1, Replicas: 4, Metrics: Metrics{SLOAttainment: Summarize([]float64{1}), Goodput: Summarize([]float64{1}), CacheHit: Summarize([]float64{0.5})}}
+	res := &ScenarioResult{Variants: []*VariantResult{
+		{Variant: "skywalker", MinReplicas: Summarize([]float64{5, 5}), Load: []Point{pt}},
+		{Variant: "local", MinReplicas: Summarize([]float64{6, 6}), Load: []Point{pt}},
+		{Variant: "cache-aware@pooled", MinReplicas: Summarize([]float64{4, 4}), Load: []Point{pt}},
+		{Variant: "gorgo@pooled", MinReplicas: Summarize([]float64{4.4, 4.6}), Load: []Point{pt}},
+	}}
+	res.Bound = pickBound(res.Variants)
+	if res.Bound != "cache-aware@pooled" || res.BoundResult() != res.Variants[2] {
+		t.Fatalf("bound %q, want cache-aware@pooled", res.Bound)
+	}
+	goals := map[string]Target{}
+	for _, tg := range targets(res, p, 0.99) {
+		goals[strings.Fields(tg.Goal)[0]+" "+strings.Fields(tg.Goal)[1]] = tg
+	}
+	if g := goals["needs the"]; !g.Met || strings.Contains(g.Detail, "pooled") {
+		t.Errorf("fewest replicas: %+v, want met against local, the bound left out", g)
+	}
+	if g := goals["within 10%"]; g.Met || !strings.Contains(g.Detail, "25.0% over") {
+		t.Errorf("bound goal: %+v, want missed, 25.0%% over (5 vs 4)", g)
+	}
+	res.Variants[0].MinReplicas = Summarize([]float64{4.3, 4.3})
+	for _, tg := range targets(res, p, 0.99) {
+		if strings.HasPrefix(tg.Goal, "within 10%") && !tg.Met {
+			t.Errorf("4.3 against a bound of 4 is within 10%%: %+v", tg)
 		}
 	}
 }

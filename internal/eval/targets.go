@@ -25,8 +25,8 @@ func targets(res *ScenarioResult, p *scenarioPlan, target float64) []Target {
 	// mean as cap+1: a lower bound of what it needs.
 	best, bestName := (*VariantResult)(nil), ""
 	for _, v := range res.Variants {
-		if v == sky {
-			continue
+		if v == sky || ParseVariant(v.Variant).Pooled {
+			continue // the bound is no policy one can deploy
 		}
 		if best == nil || v.MinReplicas.Mean < best.MinReplicas.Mean {
 			best, bestName = v, v.Variant
@@ -51,6 +51,15 @@ func targets(res *ScenarioResult, p *scenarioPlan, target float64) []Target {
 			Detail: fmt.Sprintf("%.1f%% fewer than %s; p99 at the smallest fleet %s vs %s ms", 100*fewer, bestName,
 				sky.AtMin.TTFTP99.Format(0), best.AtMin.TTFTP99.Format(0))})
 	}
+	if bound := res.BoundResult(); bound != nil {
+		over := sky.MinReplicas.Mean/bound.MinReplicas.Mean - 1
+		t := Target{Goal: "within 10% of the pooling bound (every replica pooled at zero RTT)", Met: sky.Missed == 0 && bound.Missed == 0 && over <= 0.10,
+			Detail: fmt.Sprintf("%.1f%% over it (skywalker %s, %s %s)", 100*over, needs(sky, p), bound.Variant, needs(bound, p))}
+		if sky.Missed > 0 || bound.Missed > 0 {
+			t.Detail = "the bound or skywalker misses the SLO at the cap: " + t.Detail
+		}
+		out = append(out, t)
+	}
 	if geo := byName["local"]; geo != nil && p.sc.Workload.Kind == "diurnal" {
 		fewer := 1 - sky.MinReplicas.Mean/geo.MinReplicas.Mean
 		t := Target{Goal: "≥ 25% fewer replicas than the fair GeoDNS (local)", Met: sky.Missed == 0 && fewer >= 0.25,
@@ -71,7 +80,7 @@ func targets(res *ScenarioResult, p *scenarioPlan, target float64) []Target {
 		bestSLO, bestGood := pt.SLOAttainment, pt.Goodput
 		name := ""
 		for _, v := range res.Variants {
-			if v == sky {
+			if v == sky || ParseVariant(v.Variant).Pooled {
 				continue
 			}
 			o := v.Load[i]
