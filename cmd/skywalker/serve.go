@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"skywalker/internal/region"
 	"strings"
 	"syscall"
 	"time"
@@ -59,7 +60,7 @@ MAX_WAN_RTT_THRESHOLD_MS, SKYWALKER_*), then --config YAML, then defaults.`,
 	f.StringVar(&flagCfg.Jurisdiction, "jurisdiction", "", "this region's jurisdiction for data residency, e.g. eu")
 	f.StringVar(&peers, "peers", "", "peer regions: REGION:URL_OR_GOSSIP_ADDR,... (PEER_REGIONS)")
 	f.StringVar(&workers, "workers", "", "replica URLs, or one DNS name (LOCAL_WORKER_POOL)")
-	f.Float64Var(&wanMs, "max-wan-rtt-ms", 120, "WAN gate threshold in ms (MAX_WAN_RTT_THRESHOLD_MS)")
+	f.Float64Var(&wanMs, "max-wan-rtt-ms", float64(region.DefaultControlPlane().MaxWANRTT/time.Millisecond), "WAN gate ceiling in ms, an optional cap on reach, which otherwise follows each request's TTFT objective (MAX_WAN_RTT_THRESHOLD_MS)")
 	f.StringVar(&keys, "gossip-key", "", "gossip key(s), base64; first is primary (SKYWALKER_GOSSIP_KEY)")
 	f.BoolVar(&flagCfg.InsecureGossip, "insecure-gossip", false, "run the mesh unencrypted (development only)")
 	f.BoolVar(&flagCfg.InsecureForwarding, "insecure-forwarding", false, "forward to peers over plain HTTP, without TLS (development only) (SKYWALKER_INSECURE_FORWARDING)")

@@ -242,6 +242,7 @@ func (b *Balancer) Submit(now time.Time, req *request.Request, env Env) {
 	ahead := b.position(h)
 	v := env.View(req)
 	v.Local.Queued, v.Local.Held, v.Local.Waited = ahead, len(b.queue), 0
+	v.Local.Objective = b.objective(req)
 	d := b.policy.Route(req, v)
 	if d.Action == policy.Reject {
 		env.Deliver(Outcome{Request: req, Decision: d, Err: b.noRegion(req)})
@@ -376,6 +377,7 @@ func (b *Balancer) PumpDepth(now time.Time, env Env, depth int) int {
 		h := b.queue[i]
 		v := env.View(h.req)
 		v.Local.Queued, v.Local.Held, v.Local.Waited = i, len(b.queue), now.Sub(h.since)
+		v.Local.Objective = b.objective(h.req)
 		d := b.policy.Route(h.req, v)
 		switch d.Action {
 		case policy.Hold:

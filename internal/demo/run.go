@@ -53,7 +53,7 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		day = max(4*time.Second, (opt.Duration-8*time.Second)/2)
 	}
 	fmt.Fprintf(view, "SkyWalker demo: 3 regions × 2 simulated Llama-3.1-8B A100 engines, a proxy per region, WAN %s.\n", Topology.String())
-	fmt.Fprintf(view, "WAN gate threshold %v (the product's default is 120 ms, which would close the 160 and 180 ms links to ap-east).\n", GateThreshold)
+	fmt.Fprintf(view, "WAN gate ceiling %v (the product's default is 1 s; whether a link may carry a request is decided by its TTFT objective).\n", GateThreshold)
 	fmt.Fprintf(view, "One day compressed to %v, demand phase-shifted by time zone; each region's peak is more than its own replicas serve.\n", day)
 	fmt.Fprintf(view, "About %v in all; Ctrl-C stops at any time.", (2*day + 10*time.Second).Round(time.Second))
 	if opt.LogPath != "" {

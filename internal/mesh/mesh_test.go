@@ -67,6 +67,9 @@ func startNode(t *testing.T, links *Links, region, name string, tweak func(*Conf
 	cfg.Jurisdiction, cfg.APIAddr = region[:2], "http://"+name+":9000"
 	cfg.Control.LoadInterval, cfg.Control.DigestInterval, cfg.Control.ProbeInterval = 100*time.Millisecond, 300*time.Millisecond, 100*time.Millisecond
 	cfg.Control.ReopenSamples = 3
+	// An operator's cap between the two links, so that the gate tests see
+	// one link under it and one over it (the default is a 1 s ceiling).
+	cfg.Control.MaxWANRTT = 120 * time.Millisecond
 	tweak(&cfg)
 	src := &fakeSource{}
 	m, err := New(cfg, src)

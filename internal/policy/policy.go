@@ -102,6 +102,10 @@ type LocalRegion struct {
 	// Waited is how long this request has been held so far (the balancer
 	// fills it in; zero on arrival).
 	Waited time.Duration
+	// Objective is this request's TTFT objective (its class's SLO for its
+	// prompt; the balancer fills it in), zero when it has none: a peer is
+	// within reach when its estimate fits it.
+	Objective time.Duration
 	// PerRequestWait is how much longer the wait gets per request ahead in
 	// the queue: by Little's law, the smoothed service time divided by the
 	// requests the region serves at once (see PerRequestWait).
@@ -256,8 +260,7 @@ type PeerRegion struct {
 	// at the region (forwarded and not finished).
 	InFlightFromUs int
 	// Offloading is how many requests the region itself has in flight at
-	// its own peers: a region that is sending work away is not one to send
-	// work to.
+	// its own peers: SkyWalker prices them as the region's own load.
 	Offloading int
 	// PrefixBlocks is how many leading blocks of the request the region's
 	// digest probably holds.
@@ -288,6 +291,16 @@ func (p *PeerRegion) Load() float64 {
 		return 0
 	}
 	return float64(p.Outstanding) / float64(p.Slots)
+}
+
+// loadWithOutflow is Load counting the requests the region is itself
+// sending to its peers as its own: a region that offloads is short of
+// capacity, and work sent to it would displace work it then sends on.
+func (p *PeerRegion) loadWithOutflow() float64 {
+	if p.Slots <= 0 {
+		return 0
+	}
+	return float64(p.Outstanding+max(p.Offloading, 0)) / float64(p.Slots)
 }
 
 // PerReplicaLoad is the region's outstanding requests per healthy replica,

@@ -76,8 +76,15 @@ func TestWorkedExample(t *testing.T) {
 			want{Forward, "eu-west", ReasonRemoteFaster}},
 		{"skywalker keeps it local when the us-east queue is short", NewSkywalker(DefaultSkywalkerConfig()),
 			func(v *View, _ *request.Request) { shortQueue(v) }, want{Dispatch, "us-east", ReasonLeastLoad}},
-		{"skywalker never crosses a link above the WAN threshold", NewSkywalker(DefaultSkywalkerConfig()),
+		{"skywalker reaches no peer whose estimate misses the request's objective", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { v.Local.Objective = 100 * time.Millisecond }, want{Hold, "us-east", ReasonBusy}},
+		{"skywalker reaches a 250 ms link when the objective affords it", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { v.Local.Objective, v.Peers[0].RTT = 2*time.Second, 250*time.Millisecond },
+			want{Forward, "eu-west", ReasonRemoteFaster}},
+		{"skywalker never crosses a link above the operator's cap", NewSkywalker(capped(120 * time.Millisecond)),
 			func(v *View, _ *request.Request) { v.Peers[0].RTT = 130 * time.Millisecond }, want{Hold, "us-east", ReasonBusy}},
+		{"skywalker sends work to a peer that is itself offloading, its outflow priced as its load", NewSkywalker(DefaultSkywalkerConfig()),
+			func(v *View, _ *request.Request) { v.Peers[0].Offloading = 2 }, want{Forward, "eu-west", ReasonRemoteFaster}},
 		{"skywalker never crosses a closed gate", NewSkywalker(DefaultSkywalkerConfig()),
 			func(v *View, _ *request.Request) { v.Peers[0].GateOpen = false }, want{Hold, "us-east", ReasonBusy}},
 		{"skywalker treats stale data as unavailable", NewSkywalker(DefaultSkywalkerConfig()),
@@ -116,6 +123,43 @@ func TestWorkedExample(t *testing.T) {
 				t.Errorf("got %s to %s (%s), want %s to %s (%s)", d.Action, d.Region, d.Reason, tc.want.action, tc.want.region, tc.want.reason)
 			}
 		})
+	}
+}
+
+// capped is the default configuration with the operator's WAN cap set.
+func capped(rtt time.Duration) SkywalkerConfig {
+	cfg := DefaultSkywalkerConfig()
+	cfg.MaxWANRTT = rtt
+	return cfg
+}
+
+// A request forwarded in is placed by the same rule as a local one: a
+// replica holding its whole long document is worth a short wait, where
+// the receiver's old rule took any replica with room and prefilled the
+// document cold.
+func TestAForwardedRequestIsPlacedByTheLocalRule(t *testing.T) {
+	blocks := make([]uint64, 128) // a 16k-token document
+	for i := range blocks {
+		blocks[i] = uint64(i + 1)
+	}
+	req := &request.Request{ID: "doc", PromptTokens: 128 * 128, Blocks: blocks, BlockTokens: 128, Forwarded: true}
+	v := &View{Local: LocalRegion{Name: "eu-west", Jurisdiction: "eu", PerRequestWait: 40 * time.Millisecond,
+		Prefill: PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 85 * time.Microsecond}, Replicas: []Replica{
+			{Name: "holder", Healthy: true, Running: 8, InFlight: 8, MaxInFlight: 8, PrefixBlocks: 128, IndexedBlocks: 128},
+			{Name: "cold", Healthy: true, Running: 2, InFlight: 2, MaxInFlight: 8},
+		}}}
+	for _, cfg := range []SkywalkerConfig{DefaultSkywalkerConfig()} {
+		d := NewSkywalker(cfg).Route(req, v)
+		if d.Action == Dispatch && d.Replica == 1 {
+			t.Fatalf("forwarded-in request dispatched cold to %q: %+v", v.Local.Replicas[1].Name, d)
+		}
+		if d.Action != Hold || d.Reason != ReasonBusy {
+			t.Errorf("got %+v, want it held for the replica that holds its document", d)
+		}
+		v.Local.Replicas[0].InFlight, v.Local.Replicas[0].Running = 4, 4 // the holder has room
+		if d := NewSkywalker(cfg).Route(req, v); d.Action != Dispatch || d.Replica != 0 || d.Reason != ReasonForwarded {
+			t.Errorf("got %+v, want dispatch to the holder, reason %s", d, ReasonForwarded)
+		}
 	}
 }
 
@@ -352,10 +396,16 @@ func TestNoPolicyBreaksTheHardRules(t *testing.T) {
 				if wanAware && peer.DataAge > 2*time.Second {
 					t.Fatalf("%s: forwarded on stale data %+v", where, peer)
 				}
-				// The gate and the threshold apply while the request could
-				// stay; one the local region may not serve may cross them.
-				if wanAware && req.AllowedIn(v.Local.Jurisdiction) && (!peer.GateOpen || peer.RTT > 120*time.Millisecond) {
+				// The gate and the operator's cap apply while the request
+				// could stay; one the local region may not serve may
+				// cross them. SkyWalker reaches only a peer whose
+				// estimate fits the objective.
+				stays := req.AllowedIn(v.Local.Jurisdiction)
+				if wanAware && stays && (!peer.GateOpen || peer.RTT > DefaultSkywalkerConfig().MaxWANRTT) {
 					t.Fatalf("%s: crossed a closed or slow link %+v", where, peer)
+				}
+				if name == "skywalker" && stays && v.Local.Objective > 0 && d.Estimate > v.Local.Objective {
+					t.Fatalf("%s: forwarded beyond the objective %v", where, v.Local.Objective)
 				}
 			}
 		}
@@ -370,7 +420,8 @@ func randomCase(rng *rand.Rand, jurisdictions []string) (*request.Request, *View
 	req.Forwarded = rng.IntN(5) == 0
 	req.Session = fmt.Sprint(rng.IntN(10))
 	v := &View{Local: LocalRegion{Name: "local", Jurisdiction: jurisdictions[rng.IntN(3)], Queued: rng.IntN(20),
-		PerRequestWait: time.Duration(rng.IntN(50)) * time.Millisecond, Prefill: fastPrefill}}
+		PerRequestWait: time.Duration(rng.IntN(50)) * time.Millisecond, Prefill: fastPrefill,
+		Objective: time.Duration(rng.IntN(3)) * time.Second}}
 	for i := range rng.IntN(5) {
 		v.Local.Replicas = append(v.Local.Replicas, Replica{Name: fmt.Sprint(i), Healthy: rng.IntN(4) > 0,
 			Waiting: rng.IntN(2), Running: rng.IntN(8), InFlight: rng.IntN(10), MaxInFlight: 8, PrefixBlocks: rng.IntN(35)})
@@ -378,7 +429,7 @@ func randomCase(rng *rand.Rand, jurisdictions []string) (*request.Request, *View
 	for i := range rng.IntN(4) {
 		v.Peers = append(v.Peers, PeerRegion{Name: fmt.Sprintf("peer%d", i), Jurisdiction: jurisdictions[rng.IntN(3)],
 			Healthy: rng.IntN(4) > 0, DataAge: time.Duration(rng.IntN(3000)) * time.Millisecond,
-			RTT: time.Duration(rng.IntN(200)) * time.Millisecond, GateOpen: rng.IntN(3) > 0,
+			RTT: time.Duration(rng.IntN(1500)) * time.Millisecond, GateOpen: rng.IntN(3) > 0,
 			QueueWait: time.Duration(rng.IntN(1000)) * time.Millisecond, Queued: rng.IntN(30), Replicas: rng.IntN(4),
 			Slots: 16, Outstanding: rng.IntN(40), PrefixBlocks: rng.IntN(35), Prefill: fastPrefill})
 	}

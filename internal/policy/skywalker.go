@@ -41,8 +41,12 @@ type SkywalkerConfig struct {
 	// least this long; shorter matches are not worth a WAN hop and Bloom
 	// false positives on short prefixes are noise. Default 2048.
 	MinRemotePrefixTokens int
-	// MaxWANRTT is the WAN threshold (MAX_WAN_RTT_THRESHOLD_MS): peers with
-	// a higher smoothed RTT are never chosen, gate or not. Default 120 ms.
+	// MaxWANRTT is an optional operator cap (MAX_WAN_RTT_THRESHOLD_MS):
+	// peers with a higher smoothed RTT are never chosen, gate or not. Zero,
+	// the default, is no cap: reach follows each request's objective (a
+	// peer is eligible when its estimate, RTT included, fits the request's
+	// TTFT objective with ErrorFraction to spare), so a 2 s objective
+	// affords a 250 ms link and a tight one does not.
 	MaxWANRTT time.Duration
 	// MaxDataAge: a peer whose newest load data is older is unavailable,
 	// not idle. Default 2 s.
@@ -65,7 +69,7 @@ func DefaultSkywalkerConfig() SkywalkerConfig {
 		ReplicaWeight:         200 * time.Millisecond,
 		LoadMargin:            16,
 		MinRemotePrefixTokens: 2048,
-		MaxWANRTT:             120 * time.Millisecond,
+		MaxWANRTT:             time.Second,
 		MaxDataAge:            2 * time.Second,
 		ErrorFraction:         0.1,
 	}
@@ -76,11 +80,18 @@ func DefaultSkywalkerConfig() SkywalkerConfig {
 //
 //	T(j) = RTT(k,j) + Q(j) + τ_prefill,j(uncached tokens of the request in j)
 //
-// and the policy picks argmin_j T(j) + ω·load(j). A peer is considered only
-// if its WAN gate is open, its RTT is under the WAN threshold, its data is
-// fresh, it is healthy and residency allows; and it wins only by being
+// and the policy picks argmin_j T(j) + ω·load²(j), where a peer's load
+// counts the requests it is itself sending away (a region offloading is
+// short of capacity: its outflow is priced, not banned). A peer is
+// considered only if its WAN gate is open, its data is fresh, it is
+// healthy, residency allows, and it is within reach: T(j) with the
+// estimate's error to spare fits the request's TTFT objective (and its RTT
+// is under the operator's cap, if one is set). It wins only by being
 // strictly better than local (the selective-pushing inequality). A peer's
 // cache counts only for a match of at least MinRemotePrefixTokens.
+//
+// A request forwarded in is placed by the same in-region rule as a local
+// one (pickReplica) and never forwarded again.
 //
 // Inside the region the request goes to the replica holding the longest
 // prefix unless that replica's load exceeds the least-loaded one's by more
@@ -117,7 +128,11 @@ func (s *Skywalker) Name() string { return s.name }
 // Route implements Policy.
 func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 	if req.Forwarded {
-		return serveLocally(req, v, s.cfg.LoadMargin, ReasonForwarded)
+		d := s.routeLocally(req, v)
+		if d.Action == Dispatch {
+			d.Reason = ReasonForwarded
+		}
+		return d
 	}
 	if !s.forward {
 		return s.routeLocally(req, v)
@@ -137,8 +152,8 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 	filter := s.filter.forRequest(req, v)
 	for i := range v.Peers {
 		p := &v.Peers[i]
-		if !filter.eligible(req, p) || (localOK && p.Offloading > 0) {
-			continue // a region sending work away is not one to send work to
+		if !filter.eligible(req, p) {
+			continue
 		}
 		cached := req.CachedTokens(p.PrefixBlocks)
 		if cached < s.cfg.MinRemotePrefixTokens {
@@ -149,7 +164,10 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 		// over its replicas).
 		ahead := p.PrefillTokens + p.InFlightFromUs*req.PromptTokens/max(p.Replicas, 1)
 		estimate := p.RTT + p.QueueWait + p.Prefill.Time(req.PromptTokens-cached) + time.Duration(ahead)*p.Prefill.PerToken
-		score := estimate + s.congestion(p.Load())
+		if !s.withinReach(req, v, estimate) {
+			continue
+		}
+		score := estimate + s.congestion(p.loadWithOutflow())
 		if bestPeer < 0 || score < peerScore {
 			bestPeer, peerScore, peerEstimate = i, score, estimate
 		}
@@ -326,6 +344,19 @@ func (s *Skywalker) replicaCongestion(r *Replica) time.Duration {
 // and forth.
 func (s *Skywalker) pushMargin(local time.Duration) time.Duration {
 	return max(s.cfg.PushMargin, time.Duration(s.cfg.ErrorFraction*float64(local)))
+}
+
+// withinReach reports whether a peer whose estimated time to first token
+// for req is estimate may serve it: the estimate, with its own error to
+// spare, fits the request's objective. A request without an objective,
+// or one the local region may not serve (slow beats never), is within
+// reach of any peer the filter admits.
+func (s *Skywalker) withinReach(req *request.Request, v *View, estimate time.Duration) bool {
+	obj := v.Local.Objective
+	if obj <= 0 || !req.AllowedIn(v.Local.Jurisdiction) {
+		return true
+	}
+	return estimate+time.Duration(s.cfg.ErrorFraction*float64(estimate)) <= obj
 }
 
 func (s *Skywalker) congestion(load float64) time.Duration {

@@ -46,7 +46,7 @@ type Config struct {
 	// replicas, re-resolved every ResolveInterval.
 	WorkerPool []string `yaml:"worker_pool"`
 
-	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // MAX_WAN_RTT_THRESHOLD_MS; default 120 ms
+	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // MAX_WAN_RTT_THRESHOLD_MS; default 1 s (a ceiling: reach follows the objective)
 	GossipKeys     []string      `yaml:"gossip_keys"`     // SKYWALKER_GOSSIP_KEY (comma-separated: primary first)
 	InsecureGossip bool          `yaml:"insecure_gossip"` // SKYWALKER_INSECURE_GOSSIP: development only
 	// TLS for the hop between regions: with a certificate and key (PEM

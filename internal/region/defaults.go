@@ -37,9 +37,12 @@ type ControlPlane struct {
 	// RTTAlpha is the weight of a new RTT or loss sample in its moving
 	// average. Default 0.3: a sustained change shows within a few probes.
 	RTTAlpha float64
-	// MaxWANRTT is the WAN gate threshold (MAX_WAN_RTT_THRESHOLD_MS): a
-	// sample or smoothed RTT above it closes the link to forwarding.
-	// Default 120 ms (transatlantic passes, transpacific does not).
+	// MaxWANRTT is the WAN gate's RTT ceiling (MAX_WAN_RTT_THRESHOLD_MS):
+	// a sample or smoothed RTT above it closes the link to forwarding, and
+	// the policy never chooses a peer beyond it. Default 1 s: a ceiling, not
+	// the reach — whether a peer may serve a request is decided per request
+	// by its TTFT objective (policy.Skywalker), so a 2 s objective affords a
+	// 250 ms link. Set it lower to cap reach by hand.
 	MaxWANRTT time.Duration
 	// MaxLoss closes the gate when the smoothed probe loss exceeds it.
 	// Default 0.2.
@@ -61,7 +64,7 @@ func DefaultControlPlane() ControlPlane {
 		MaxDataAge:     2 * time.Second,
 		ProbeInterval:  time.Second,
 		RTTAlpha:       0.3,
-		MaxWANRTT:      120 * time.Millisecond,
+		MaxWANRTT:      time.Second,
 		MaxLoss:        0.2,
 		ReopenSamples:  5,
 	}

@@ -74,7 +74,7 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		{Name: "eu-west", Replicas: 4, Profile: prof, Jurisdiction: "eu"}, {Name: "ap-east", Replicas: 4, Profile: prof, Jurisdiction: "ap"}},
 		RTT:    [][]time.Duration{{0, 72 * time.Millisecond, 160 * time.Millisecond}, {72 * time.Millisecond, 0, 180 * time.Millisecond}, {160 * time.Millisecond, 180 * time.Millisecond, 0}},
 		Policy: "skywalker", PolicyConfig: ptr(pcfg.PolicyConfig()), MaxInFlight: pcfg.MaxInFlight, Control: pcfg.ControlPlane(),
-		Balancer: balancer.Config{MaxQueue: pcfg.MaxQueue, MaxWait: pcfg.MaxWait}}
+		Balancer: balancer.Config{MaxQueue: pcfg.MaxQueue, MaxWait: pcfg.MaxWait, Objectives: pcfg.Objectives()}}
 	w, err := newWorld(scfg, workload.NewSliceSource(nil), time.Hour, 128)
 	if err != nil {
 		t.Fatal(err)

@@ -101,7 +101,8 @@ type ScenarioControl struct {
 	Scrape         time.Duration `yaml:"scrape"`
 	ProbeInterval  time.Duration `yaml:"probe_interval"`
 	// MaxWANRTT is the WAN gate threshold (MAX_WAN_RTT_THRESHOLD_MS): links
-	// slower than this are closed to forwarding. Default 120 ms.
+	// slower than this are closed to forwarding. Default 1 s, a ceiling: reach
+	// follows each request's TTFT objective.
 	MaxWANRTT time.Duration `yaml:"max_wan_rtt"`
 }
 
