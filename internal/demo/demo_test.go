@@ -46,7 +46,7 @@ func TestDemoJSON(t *testing.T) {
 			lost, sum.Overall.Dropped, sum.Overall.Refused, sum.Overall.Shed)
 	}
 	for _, want := range []string{
-		"WAN gate ceiling 200ms",  // the banner names the threshold it uses
+		"WAN gate ceiling 200ms",    // the banner names the threshold it uses
 		"sent to peers, TTFT p50",   // a plain periodic line off a terminal
 		"curl -s http://127.0.0.1:", // the usage lines
 		"The mesh serves for",       // the closing message for --duration

@@ -79,7 +79,9 @@ func TestWorkedExample(t *testing.T) {
 		{"skywalker reaches no peer whose estimate misses the request's objective", NewSkywalker(DefaultSkywalkerConfig()),
 			func(v *View, _ *request.Request) { v.Local.Objective = 100 * time.Millisecond }, want{Hold, "us-east", ReasonBusy}},
 		{"skywalker reaches a 250 ms link when the objective affords it", NewSkywalker(DefaultSkywalkerConfig()),
-			func(v *View, _ *request.Request) { v.Local.Objective, v.Peers[0].RTT = 2*time.Second, 250*time.Millisecond },
+			func(v *View, _ *request.Request) {
+				v.Local.Objective, v.Peers[0].RTT = 2*time.Second, 250*time.Millisecond
+			},
 			want{Forward, "eu-west", ReasonRemoteFaster}},
 		{"skywalker never crosses a link above the operator's cap", NewSkywalker(capped(120 * time.Millisecond)),
 			func(v *View, _ *request.Request) { v.Peers[0].RTT = 130 * time.Millisecond }, want{Hold, "us-east", ReasonBusy}},
