@@ -41,12 +41,13 @@ type SkywalkerConfig struct {
 	// least this long; shorter matches are not worth a WAN hop and Bloom
 	// false positives on short prefixes are noise. Default 2048.
 	MinRemotePrefixTokens int
-	// MaxWANRTT is an optional operator cap (MAX_WAN_RTT_THRESHOLD_MS):
-	// peers with a higher smoothed RTT are never chosen, gate or not. Zero,
-	// the default, is no cap: reach follows each request's objective (a
-	// peer is eligible when its estimate, RTT included, fits the request's
-	// TTFT objective with ErrorFraction to spare), so a 2 s objective
-	// affords a 250 ms link and a tight one does not.
+	// MaxWANRTT is a cap on reach (MAX_WAN_RTT_THRESHOLD_MS): peers with a
+	// higher smoothed RTT are never chosen, gate or not; zero is no cap.
+	// Default 1 s, the control plane's ceiling: within it, reach follows
+	// each request's objective (a peer is eligible when its estimate, RTT
+	// included, fits the request's TTFT objective with ErrorFraction to
+	// spare), so a 2 s objective affords a 250 ms link and a tight one does
+	// not. Operators lower it to cap reach by hand.
 	MaxWANRTT time.Duration
 	// MaxDataAge: a peer whose newest load data is older is unavailable,
 	// not idle. Default 2 s.
