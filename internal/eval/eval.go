@@ -19,6 +19,7 @@ import (
 	"io"
 	"math"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -112,10 +113,8 @@ func (v Variant) check(sc *sim.Scenario) error {
 		return err
 	}
 	if v.Pooled {
-		for _, p := range SingleRouterPolicies {
-			if p == v.Policy {
-				return nil
-			}
+		if slices.Contains(SingleRouterPolicies, v.Policy) {
+			return nil
 		}
 		return fmt.Errorf("%s: only a single-router policy (%s) can be pooled", v.Label(), strings.Join(SingleRouterPolicies, ", "))
 	}

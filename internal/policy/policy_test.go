@@ -150,18 +150,17 @@ func TestAForwardedRequestIsPlacedByTheLocalRule(t *testing.T) {
 			{Name: "holder", Healthy: true, Running: 8, InFlight: 8, MaxInFlight: 8, PrefixBlocks: 128, IndexedBlocks: 128},
 			{Name: "cold", Healthy: true, Running: 2, InFlight: 2, MaxInFlight: 8},
 		}}}
-	for _, cfg := range []SkywalkerConfig{DefaultSkywalkerConfig()} {
-		d := NewSkywalker(cfg).Route(req, v)
-		if d.Action == Dispatch && d.Replica == 1 {
-			t.Fatalf("forwarded-in request dispatched cold to %q: %+v", v.Local.Replicas[1].Name, d)
-		}
-		if d.Action != Hold || d.Reason != ReasonBusy {
-			t.Errorf("got %+v, want it held for the replica that holds its document", d)
-		}
-		v.Local.Replicas[0].InFlight, v.Local.Replicas[0].Running = 4, 4 // the holder has room
-		if d := NewSkywalker(cfg).Route(req, v); d.Action != Dispatch || d.Replica != 0 || d.Reason != ReasonForwarded {
-			t.Errorf("got %+v, want dispatch to the holder, reason %s", d, ReasonForwarded)
-		}
+	sw := NewSkywalker(DefaultSkywalkerConfig())
+	d := sw.Route(req, v)
+	if d.Action == Dispatch && d.Replica == 1 {
+		t.Fatalf("forwarded-in request dispatched cold to %q: %+v", v.Local.Replicas[1].Name, d)
+	}
+	if d.Action != Hold || d.Reason != ReasonBusy {
+		t.Errorf("got %+v, want it held for the replica that holds its document", d)
+	}
+	v.Local.Replicas[0].InFlight, v.Local.Replicas[0].Running = 4, 4 // the holder has room
+	if d := sw.Route(req, v); d.Action != Dispatch || d.Replica != 0 || d.Reason != ReasonForwarded {
+		t.Errorf("got %+v, want dispatch to the holder, reason %s", d, ReasonForwarded)
 	}
 }
 
