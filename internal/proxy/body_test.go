@@ -234,16 +234,28 @@ func TestTheBodyBudgetRefusesWhatItCannotHold(t *testing.T) {
 	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "body_budget") {
 		t.Errorf("declared over the budget: status %d Retry-After %q %s; want 429 with a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
-	// Chunked (no length declared): refused once what arrived passes it.
-	big := `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 300<<10) + `"}]}`
-	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", io.MultiReader(strings.NewReader(big)))
-	req.ContentLength = -1
-	r2, err := http.DefaultClient.Do(req)
+	// Chunked (no length declared): refused once what arrived passes it. The
+	// body is written on a raw connection while the answer is read, because
+	// the proxy answers and closes before the client has finished writing
+	// (an http.Client would then report the reset, not the 429).
+	chunked, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r2.Body.Close()
-	if r2.StatusCode != 429 {
+	defer chunked.Close()
+	fmt.Fprintf(chunked, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+	go func() {
+		big := `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 300<<10) + `"}]}`
+		for len(big) > 0 {
+			n := min(len(big), 16<<10)
+			if _, err := fmt.Fprintf(chunked, "%x\r\n%s\r\n", n, big[:n]); err != nil {
+				return // refused: the proxy stopped reading, as it should
+			}
+			big = big[n:]
+		}
+		_, _ = io.WriteString(chunked, "0\r\n\r\n")
+	}()
+	if r2, _ := readResponse(t, chunked); r2.StatusCode != 429 {
 		t.Errorf("chunked body over the budget: status %d, want 429", r2.StatusCode)
 	}
 	small := `{"messages":[{"role":"user","content":"hi"}]}`
