@@ -151,3 +151,7 @@ func (p *Profile) PolicyConfig(maxWANRTT time.Duration) policy.Config {
 func (p *Profile) Prefill() policy.PrefillProfile {
 	return policy.PrefillProfile{Fixed: p.StepOverhead, PerToken: p.PrefillPerToken, PerTokenSquared: p.AttendPerPair / 2}
 }
+
+// DecodeStep is the time per output token of one request at a light batch:
+// decode is memory-bound there, one iteration's memory time.
+func (p *Profile) DecodeStep() time.Duration { return p.StepOverhead }

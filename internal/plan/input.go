@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -30,6 +31,9 @@ func FromScenario(s *sim.Scenario) (Input, error) {
 	}
 	d := wl.Diurnal
 	in := Input{RTT: map[[2]string]time.Duration{}, MaxWANRTT: cfg.PolicyConfig.Skywalker.MaxWANRTT}
+	if in.Objective, in.TTFT, err = typicalTTFT(cfg, wl); err != nil {
+		return Input{}, err
+	}
 	for i, r := range cfg.Regions {
 		reg := Region{Name: r.Name, Jurisdiction: r.Jurisdiction, ResidencyShare: d.ResidencyShare}
 		for h := range Hours {
@@ -46,6 +50,34 @@ func FromScenario(s *sim.Scenario) (Input, error) {
 	return in, nil
 }
 
+// typicalSample is how many arrivals typicalTTFT reads.
+const typicalSample = 2000
+
+// typicalTTFT is the reach rule's request for a plan: the objective and
+// the idle prefill time, on the first region's profile, of the median
+// prompt among the workload's first arrivals. With admission off (no
+// objective) it is zero, and reach is the WAN cap alone.
+func typicalTTFT(cfg sim.Config, wl *sim.Workload) (objective, ttft time.Duration, err error) {
+	src, err := wl.Source()
+	if err != nil {
+		return 0, 0, fmt.Errorf("plan: the scenario's workload: %w", err)
+	}
+	var prompts []int
+	for len(prompts) < typicalSample {
+		a, ok := src.Next()
+		if !ok {
+			break
+		}
+		prompts = append(prompts, a.Request.PromptTokens)
+	}
+	if len(prompts) == 0 || len(cfg.Regions) == 0 {
+		return 0, 0, nil
+	}
+	slices.Sort(prompts)
+	median := prompts[len(prompts)/2]
+	return cfg.SLO.For(median), cfg.Regions[0].Profile.Prefill().Time(median), nil
+}
+
 // Demand files. CSV: a header naming region and hour columns and one of
 // requests_per_s or tokens_per_s (prompt_tokens_per_s + output_tokens_per_s
 // also work), optionally jurisdiction and residency_share; one row per
@@ -57,7 +89,9 @@ func FromScenario(s *sim.Scenario) (Input, error) {
 //	    residency_share: 0.05
 //	    demand: [12.1, 11.8, ...]   # 24 hourly values
 //	rtt_ms: {us-east/eu-west: 72}
-//	max_wan_rtt_ms: 120
+//	max_wan_rtt_ms: 1000     # optional cap on reach
+//	ttft_objective_ms: 2000  # optional: reach follows the objective
+//	ttft_ms: 300             # a typical request's TTFT where served, without the RTT
 const maxDemandBytes = 4 << 20
 
 // ParseDemandCSV reads a demand CSV.
@@ -147,8 +181,10 @@ type demandYAML struct {
 		ResidencyShare float64   `yaml:"residency_share"`
 		Demand         []float64 `yaml:"demand"`
 	} `yaml:"regions"`
-	RTTMs       map[string]float64 `yaml:"rtt_ms"`
-	MaxWANRTTMs float64            `yaml:"max_wan_rtt_ms"`
+	RTTMs           map[string]float64 `yaml:"rtt_ms"`
+	MaxWANRTTMs     float64            `yaml:"max_wan_rtt_ms"`
+	TTFTObjectiveMs float64            `yaml:"ttft_objective_ms"`
+	TTFTMs          float64            `yaml:"ttft_ms"`
 }
 
 // ParseDemandYAML reads a demand YAML file.
@@ -160,7 +196,11 @@ func ParseDemandYAML(data []byte) (Input, error) {
 	if err := strictyaml.Decode(data, &y); err != nil {
 		return Input{}, fmt.Errorf("demand yaml: %w", err)
 	}
-	in := Input{RTT: map[[2]string]time.Duration{}, MaxWANRTT: time.Duration(y.MaxWANRTTMs * float64(time.Millisecond))}
+	millis := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	if y.MaxWANRTTMs < 0 || y.TTFTObjectiveMs < 0 || y.TTFTMs < 0 || math.IsNaN(y.MaxWANRTTMs+y.TTFTObjectiveMs+y.TTFTMs) || math.IsInf(y.MaxWANRTTMs+y.TTFTObjectiveMs+y.TTFTMs, 0) {
+		return Input{}, errors.New("demand yaml: max_wan_rtt_ms, ttft_objective_ms and ttft_ms must be non-negative numbers")
+	}
+	in := Input{RTT: map[[2]string]time.Duration{}, MaxWANRTT: millis(y.MaxWANRTTMs), Objective: millis(y.TTFTObjectiveMs), TTFT: millis(y.TTFTMs)}
 	names := map[string]bool{}
 	for i, r := range y.Regions {
 		if r.Name == "" || len(r.Demand) != Hours || r.ResidencyShare < 0 || r.ResidencyShare > 1 {

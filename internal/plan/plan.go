@@ -7,6 +7,8 @@ import (
 	"sort"
 	"time"
 
+	"skywalker/internal/policy"
+
 	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/optimize/convex/lp"
 )
@@ -31,8 +33,14 @@ type Input struct {
 	Regions []Region
 	// RTT between regions by name; missing pairs are unreachable.
 	RTT map[[2]string]time.Duration
-	// MaxWANRTT: links slower than this cannot share capacity.
+	// MaxWANRTT caps reach: links slower than this cannot share capacity.
 	MaxWANRTT time.Duration
+	// Objective is the TTFT objective of the demand and TTFT the time to
+	// first token of a typical request where it is served, without the
+	// RTT. With an objective, a link shares capacity only under the
+	// router's reach rule (policy.FitsObjective): RTT + TTFT, with the
+	// policy's error margin, fits it. Zero: reach is MaxWANRTT alone.
+	Objective, TTFT time.Duration
 	// Capacity is what one replica serves within the SLO, in demand units.
 	Capacity float64
 }
@@ -66,6 +74,20 @@ type Result struct {
 	SumOfPeaks         float64            `json:"sum_of_peaks"`
 	Offloads           []Offload          `json:"offloads"`
 	CrossRegionTraffic float64            `json:"cross_region_rtt_weighted"` // Σ demand·RTT(s) moved, per day
+	// Reach says which links may share capacity, and OutOfReach names the
+	// pairs that may not ("a/b"), the reason a plan saves less than the
+	// aggregated ideal.
+	Reach      string   `json:"reach"`
+	OutOfReach []string `json:"links_out_of_reach,omitempty"`
+}
+
+// reach describes the link rule in force.
+func (in *Input) reach() string {
+	if in.Objective <= 0 {
+		return fmt.Sprintf("RTT ≤ %v", in.MaxWANRTT)
+	}
+	return fmt.Sprintf("RTT + typical TTFT %v (+%.0f%%) ≤ objective %v, RTT ≤ %v", in.TTFT.Round(time.Millisecond),
+		100*policy.DefaultSkywalkerConfig().ErrorFraction, in.Objective.Round(time.Millisecond), in.MaxWANRTT)
 }
 
 func (in *Input) validate() error {
@@ -107,7 +129,7 @@ func (in *Input) canShare(i, j int, resident bool) bool {
 	if !ok {
 		rtt, ok = in.RTT[[2]string{b.Name, a.Name}]
 	}
-	return ok && rtt <= in.MaxWANRTT
+	return ok && rtt <= in.MaxWANRTT && (in.Objective <= 0 || policy.FitsObjective(rtt+in.TTFT, in.Objective, policy.DefaultSkywalkerConfig().ErrorFraction))
 }
 
 func (in *Input) rtt(i, j int) float64 {
@@ -123,7 +145,15 @@ func Solve(in Input) (*Result, error) {
 	if err := in.validate(); err != nil {
 		return nil, err
 	}
-	res := &Result{Capacity: in.Capacity, Placement: map[string]int{}, FractionalPlace: map[string]float64{}, IsolatedByRegion: map[string]int{}}
+	res := &Result{Capacity: in.Capacity, Placement: map[string]int{}, FractionalPlace: map[string]float64{}, IsolatedByRegion: map[string]int{},
+		Reach: in.reach()}
+	for i := range in.Regions {
+		for j := i + 1; j < len(in.Regions); j++ {
+			if !in.canShare(i, j, false) {
+				res.OutOfReach = append(res.OutOfReach, in.Regions[i].Name+"/"+in.Regions[j].Name)
+			}
+		}
+	}
 	for h := range Hours {
 		sum := 0.0
 		for _, r := range in.Regions {

@@ -76,6 +76,43 @@ func TestALinkOverTheThresholdCannotShare(t *testing.T) {
 	}
 }
 
+// TestReachFollowsTheObjective: with a TTFT objective, a link shares
+// capacity when RTT + a typical TTFT fits it (the router's reach rule), so
+// a 250 ms link pools under a 2 s objective and does not under a 400 ms
+// one; the WAN cap still bounds it; RTTs of zero pool everything.
+func TestReachFollowsTheObjective(t *testing.T) {
+	for _, tc := range []struct {
+		name                 string
+		rtt, cap, obj, ttft  time.Duration
+		wantPlanned, wantOff int // offloads: 0 none, 1 some
+	}{
+		{"250 ms link, 2 s objective", 250 * time.Millisecond, time.Second, 2 * time.Second, 300 * time.Millisecond, 130, 1},
+		{"250 ms link, 400 ms objective", 250 * time.Millisecond, time.Second, 400 * time.Millisecond, 300 * time.Millisecond, 200, 0},
+		{"250 ms link over a 200 ms cap", 250 * time.Millisecond, 200 * time.Millisecond, 2 * time.Second, 300 * time.Millisecond, 200, 0},
+		{"zero RTT", 0, time.Second, 2 * time.Second, 300 * time.Millisecond, 130, 1},
+		{"zero RTT, no objective", 0, time.Second, 0, 0, 130, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := twoRegions(raised(100, 0.3, 2), raised(100, 0.3, 14))
+			in.RTT[[2]string{"east", "west"}] = tc.rtt
+			in.MaxWANRTT, in.Objective, in.TTFT = tc.cap, tc.obj, tc.ttft
+			res, err := Solve(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.PlannedReplicas != tc.wantPlanned || (len(res.Offloads) > 0) != (tc.wantOff > 0) {
+				t.Errorf("planned %d with %d offloads; want %d, offloads %v", res.PlannedReplicas, len(res.Offloads), tc.wantPlanned, tc.wantOff > 0)
+			}
+			if out := len(res.OutOfReach) > 0; out != (tc.wantOff == 0) {
+				t.Errorf("links out of reach %v (reach %s) with %d offloads", res.OutOfReach, res.Reach, len(res.Offloads))
+			}
+			if tc.rtt == 0 && res.CrossRegionTraffic != 0 {
+				t.Errorf("zero RTT weighs %v of cross-region traffic", res.CrossRegionTraffic)
+			}
+		})
+	}
+}
+
 func TestAResidencyGroupCannotShare(t *testing.T) {
 	in := twoRegions(raised(100, 0.3, 2), raised(100, 0.3, 14))
 	in.Regions[0].Jurisdiction, in.Regions[1].Jurisdiction = "eu", "us"

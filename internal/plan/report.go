@@ -18,6 +18,11 @@ func (r *Result) WriteTable(w io.Writer) error {
 	fmt.Fprintf(tw, "aggregated (peak of the sum)\t%d replicas\tsaves %.1f%%\n", r.AggregatedReplicas, 100*r.Savings)
 	fmt.Fprintf(tw, "planned under links and residency\t%d replicas\tsaves %.1f%%\n", r.PlannedReplicas, 100*r.PlannedSavings)
 	fmt.Fprintf(tw, "placement\t%s\n", byRegion(r.Placement))
+	out := "none"
+	if len(r.OutOfReach) > 0 {
+		out = strings.Join(r.OutOfReach, ", ")
+	}
+	fmt.Fprintf(tw, "links out of reach\t%s\t(reach: %s)\n", out, r.Reach)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -41,7 +46,7 @@ func byRegion(m map[string]int) string {
 
 // FromScenarioTrace replaces the scenario's demand curves with a trace's
 // arrival pattern stretched over a day in each of its regions (see
-// FromTrace), keeping base's RTTs and threshold.
+// FromTrace), keeping base's RTTs and reach.
 func FromScenarioTrace(base Input, s *sim.Scenario, path string, scale float64) (Input, error) {
 	recs, err := workload.LoadTrace(path, "")
 	if err != nil {
@@ -55,6 +60,6 @@ func FromScenarioTrace(base Input, s *sim.Scenario, path string, scale float64) 
 	if err != nil {
 		return Input{}, err
 	}
-	in.RTT, in.MaxWANRTT = base.RTT, base.MaxWANRTT
+	in.RTT, in.MaxWANRTT, in.Objective, in.TTFT = base.RTT, base.MaxWANRTT, base.Objective, base.TTFT
 	return in, nil
 }

@@ -357,7 +357,15 @@ func (s *Skywalker) withinReach(req *request.Request, v *View, estimate time.Dur
 	if obj <= 0 || !req.AllowedIn(v.Local.Jurisdiction) {
 		return true
 	}
-	return estimate+time.Duration(s.cfg.ErrorFraction*float64(estimate)) <= obj
+	return FitsObjective(estimate, obj, s.cfg.ErrorFraction)
+}
+
+// FitsObjective is the reach rule: a time to first token estimated at
+// estimate (the RTT included), with errorFraction of itself to spare,
+// fits objective. The router applies it to each request; the capacity
+// plan to a typical one.
+func FitsObjective(estimate, objective time.Duration, errorFraction float64) bool {
+	return estimate+time.Duration(errorFraction*float64(estimate)) <= objective
 }
 
 func (s *Skywalker) congestion(load float64) time.Duration {

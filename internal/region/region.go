@@ -24,6 +24,13 @@ type Config struct {
 	MaxInFlight int
 	// Prefill is the replicas' prefill-time profile, for TTFT estimates.
 	Prefill policy.PrefillProfile
+	// DecodeStep is the replicas' time per output token of one request (an
+	// engine iteration at a light batch). Until a request has ended here,
+	// the queue wait is estimated from what the requests in flight were
+	// expected to take (their prefill plus max_tokens decode steps), so a
+	// region refuses what it cannot start in time from its first request.
+	// Zero: no such prior (the wait counts zero until a request ends).
+	DecodeStep time.Duration
 	// BlockTokens is how many tokens one prefix block covers. Default
 	// request.DefaultBlockBytes / request.BytesPerToken.
 	BlockTokens int
@@ -87,7 +94,11 @@ type Region struct {
 	index    *prefix.Index
 	replicas []*Replica
 	service  *policy.EWMA
-	peers    []Peer
+	// expectedSum and expectedCount total the expected service of the
+	// requests in flight (see perRequestWait).
+	expectedSum   time.Duration
+	expectedCount int
+	peers         []Peer
 	// forwarding counts this node's requests in flight at each peer
 	// region. A peer's summary is always a little old; adding what we sent
 	// since keeps a burst from herding onto the one peer that looked idle.
@@ -198,9 +209,27 @@ func (r *Region) concurrency() int {
 	return n
 }
 
-// perRequestWait is the queue-wait step Q grows by per request ahead.
+// perRequestWait is the queue-wait step Q grows by per request ahead:
+// from the service times learned, or, before any request has ended, from
+// the mean expected service of the requests in flight.
 func (r *Region) perRequestWait() time.Duration {
-	return policy.PerRequestWait(r.service.Value(), r.concurrency())
+	service := r.service.Value()
+	if !r.service.Seen() && r.expectedCount > 0 {
+		service = r.expectedSum / time.Duration(r.expectedCount)
+	}
+	return policy.PerRequestWait(service, r.concurrency())
+}
+
+// expectedService is what a request dispatched with uncached prompt
+// tokens is expected to occupy its slot: its prefill and, with the
+// profile's decode step, its output (max_tokens, or OutputReserve when it
+// set none).
+func (r *Region) expectedService(req *request.Request, uncached int) time.Duration {
+	out := req.MaxTokens
+	if out <= 0 {
+		out = OutputReserve
+	}
+	return r.cfg.Prefill.Time(uncached) + time.Duration(out)*r.cfg.DecodeStep
 }
 
 // View implements balancer.Env: the replicas as last scraped, with this
@@ -282,7 +311,10 @@ func (r *Region) Deliver(o balancer.Outcome) {
 			rp.sinceScrape += uncached + out
 			rp.dispatchedTokens += uncached + out
 			b := &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
-				submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight}
+				submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight,
+				expected: r.expectedService(req, uncached)}
+			r.expectedSum += b.expected
+			r.expectedCount++
 			if !o.Submitted.IsZero() {
 				b.sent = o.Submitted.Add(o.Waited)
 			}

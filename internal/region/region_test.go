@@ -382,3 +382,53 @@ func TestARequestThatEndsDuringAScrapeIsNotCountedRunning(t *testing.T) {
 		t.Errorf("running %d: a scrape begun after the end reports the engine's own count, want 1", running)
 	}
 }
+
+// TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst: with two
+// slots, a decode step of 70 ms and 24 requests of max_tokens 200 (14 s
+// each) arriving at once, the two that fit are dispatched and the other 22
+// are refused at once, before any request has ended, instead of being held
+// for their whole objective; short requests that can start within their
+// objective are held, not refused.
+func TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst(t *testing.T) {
+	for _, tc := range []struct {
+		maxTokens, n             int
+		wantDispatched, wantRefd int
+	}{
+		{maxTokens: 200, n: 24, wantDispatched: 2, wantRefd: 22},
+		{maxTokens: 5, n: 8, wantDispatched: 2, wantRefd: 0},
+	} {
+		t.Run(fmt.Sprintf("max_tokens=%d", tc.maxTokens), func(t *testing.T) {
+			var got []Delivery
+			var objectives [request.NumClasses]request.SLO
+			objectives[request.Standard] = request.SLO{TTFT: 2 * time.Second}
+			r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 2,
+				Prefill: policy.PrefillProfile{Fixed: 70 * time.Millisecond, PerToken: 220 * time.Microsecond}, DecodeStep: 70 * time.Millisecond,
+				Balancer: balancer.Config{Objectives: objectives}},
+				policy.NewSkywalker(policy.DefaultSkywalkerConfig()), func(d Delivery) { got = append(got, d) })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := r.SetReplicas(Specs("r0")); err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.n {
+				q := req(fmt.Sprint("q", i), uint64(1000+i))
+				q.Class, q.MaxTokens = request.Standard, tc.maxTokens
+				r.Submit(t0, q)
+			}
+			dispatched, refused := 0, 0
+			for _, d := range got {
+				switch {
+				case d.Err != nil:
+					refused++
+				case d.Decision.Action == policy.Dispatch:
+					dispatched++
+				}
+			}
+			if dispatched != tc.wantDispatched || refused != tc.wantRefd || r.Queued() != tc.n-tc.wantDispatched-tc.wantRefd {
+				t.Errorf("%d requests of max_tokens %d at once: %d dispatched, %d refused, %d held; want %d, %d, %d",
+					tc.n, tc.maxTokens, dispatched, refused, r.Queued(), tc.wantDispatched, tc.wantRefd, tc.n-tc.wantDispatched-tc.wantRefd)
+			}
+		})
+	}
+}

@@ -269,6 +269,7 @@ type booking struct {
 	held       bool          // it waited in the balancer
 	sent       time.Time     // when it was dispatched
 	inflight   int           // requests in flight at its replica then, itself included
+	expected   time.Duration // the service it was expected to take (see Region.expectedService)
 }
 
 // FirstToken records that a dispatched request produced its first token
@@ -369,6 +370,8 @@ func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
 		return
 	}
 	delete(r.bookings, req)
+	r.expectedSum -= b.expected
+	r.expectedCount--
 	r.prefilled(b)
 	rp := b.rp
 	rp.inFlight = max(rp.inFlight-1, 0)

@@ -158,6 +158,6 @@ func (c *Config) withDefaults() error {
 // it for a proxy in front of spec's replicas (see proxy.Config.RegionConfig).
 func (c *Config) regionConfig(spec RegionSpec, blockTokens int) region.Config {
 	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: spec.Name, MaxInFlight: c.MaxInFlight,
-		Prefill: spec.Profile.Prefill(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
+		Prefill: spec.Profile.Prefill(), DecodeStep: spec.Profile.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
 		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth}
 }
