@@ -27,9 +27,10 @@ type Config struct {
 	// DecodeStep is the replicas' time per output token of one request (an
 	// engine iteration at a light batch). Until a request has ended here,
 	// the queue wait is estimated from what the requests in flight were
-	// expected to take (their prefill plus max_tokens decode steps), so a
-	// region refuses what it cannot start in time from its first request.
-	// Zero: no such prior (the wait counts zero until a request ends).
+	// expected to take (their prefill plus max_tokens decode steps; those
+	// without max_tokens add nothing), so a region refuses what it cannot
+	// start in time from its first request. Zero: no such prior (the wait
+	// counts zero until a request ends).
 	DecodeStep time.Duration
 	// BlockTokens is how many tokens one prefix block covers. Default
 	// request.DefaultBlockBytes / request.BytesPerToken.
@@ -211,7 +212,7 @@ func (r *Region) concurrency() int {
 
 // perRequestWait is the queue-wait step Q grows by per request ahead:
 // from the service times learned, or, before any request has ended, from
-// the mean expected service of the requests in flight.
+// the mean expected service of the requests in flight that set max_tokens.
 func (r *Region) perRequestWait() time.Duration {
 	service := r.service.Value()
 	if !r.service.Seen() && r.expectedCount > 0 {
@@ -222,14 +223,14 @@ func (r *Region) perRequestWait() time.Duration {
 
 // expectedService is what a request dispatched with uncached prompt
 // tokens is expected to occupy its slot: its prefill and, with the
-// profile's decode step, its output (max_tokens, or OutputReserve when it
-// set none).
+// profile's decode step, its max_tokens. Zero for a request that sets no
+// max_tokens (its length is unknown: it adds nothing to the prior) or
+// without a decode step.
 func (r *Region) expectedService(req *request.Request, uncached int) time.Duration {
-	out := req.MaxTokens
-	if out <= 0 {
-		out = OutputReserve
+	if req.MaxTokens <= 0 || r.cfg.DecodeStep <= 0 {
+		return 0
 	}
-	return r.cfg.Prefill.Time(uncached) + time.Duration(out)*r.cfg.DecodeStep
+	return r.cfg.Prefill.Time(uncached) + time.Duration(req.MaxTokens)*r.cfg.DecodeStep
 }
 
 // View implements balancer.Env: the replicas as last scraped, with this
@@ -313,8 +314,10 @@ func (r *Region) Deliver(o balancer.Outcome) {
 			b := &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
 				submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight,
 				expected: r.expectedService(req, uncached)}
-			r.expectedSum += b.expected
-			r.expectedCount++
+			if b.expected > 0 {
+				r.expectedSum += b.expected
+				r.expectedCount++
+			}
 			if !o.Submitted.IsZero() {
 				b.sent = o.Submitted.Add(o.Waited)
 			}

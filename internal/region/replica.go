@@ -370,8 +370,10 @@ func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
 		return
 	}
 	delete(r.bookings, req)
-	r.expectedSum -= b.expected
-	r.expectedCount--
+	if b.expected > 0 {
+		r.expectedSum -= b.expected
+		r.expectedCount--
+	}
 	r.prefilled(b)
 	rp := b.rp
 	rp.inFlight = max(rp.inFlight-1, 0)
