@@ -17,13 +17,14 @@ import (
 // panics (FuzzDecode).
 const (
 	// wireVersion 2 added QueuedTokens, Offloading and PrefillTokens to
-	// load summaries; version 3 a flags field (flagDraining). A load
-	// summary is sent as version 2 unless it has a flag to carry, so that
-	// nodes of the previous release keep reading it; they refuse a
-	// draining node's version 3 summary, which to them is the same as the
-	// node falling silent. Versions 1 and 2 are still read (the fields
-	// they lack zero).
-	wireVersion    = 3
+	// load summaries; version 3 a flags field (flagDraining); version 4
+	// the cache fields FreeCacheTokens and HitShare (in millionths). A
+	// load summary is sent as version 4; nodes of a release before it
+	// refuse it, which to them is the same as the node falling silent, so
+	// a mesh is upgraded whole (README, Deployment). Versions 1 to 3 are
+	// still read (the fields they lack zero: no eviction is priced for
+	// such a peer).
+	wireVersion    = 4
 	minWireVersion = 1
 	flagDraining   = 1 << 0
 
@@ -90,11 +91,7 @@ func encodeLoad(m loadMsg) []byte {
 	if m.Load.Draining {
 		flags |= flagDraining
 	}
-	if flags == 0 {
-		w.headerVersion(msgLoad, 2)
-	} else {
-		w.header(msgLoad)
-	}
+	w.header(msgLoad)
 	w.str(m.Node)
 	w.uvarint(m.Seq)
 	l := m.Load
@@ -106,9 +103,9 @@ func encodeLoad(m loadMsg) []byte {
 	w.uvarint(uint64(max(l.QueuedTokens, 0)))
 	w.uvarint(uint64(max(l.Offloading, 0)))
 	w.uvarint(uint64(max(l.PrefillTokens, 0)))
-	if flags != 0 {
-		w.uvarint(flags)
-	}
+	w.uvarint(flags)
+	w.uvarint(uint64(max(l.FreeCacheTokens, 0)))
+	w.uvarint(uint64(math.Round(min(max(l.HitShare, 0), 1) * hitShareScale)))
 	return w.b
 }
 
@@ -242,6 +239,10 @@ func decodeHeader(b []byte) (byte, *reader, error) {
 
 const maxCount = 1 << 40 // bounds durations (ns, ~18 min) and counts on the wire
 
+// hitShareScale is the unit of a load summary's hit share on the wire:
+// millionths.
+const hitShareScale = 1_000_000
+
 func decodeLoad(r *reader) (loadMsg, error) {
 	var m loadMsg
 	m.Node = r.str()
@@ -266,6 +267,10 @@ func decodeLoad(r *reader) (loadMsg, error) {
 	}
 	if r.version >= 3 {
 		l.Draining = r.uvarint()&flagDraining != 0
+	}
+	if r.version >= 4 {
+		l.FreeCacheTokens = r.count(maxCount)
+		l.HitShare = float64(r.count(hitShareScale)) / hitShareScale
 	}
 	r.end()
 	if r.err == nil && m.Node == "" {

@@ -1,7 +1,9 @@
 package mesh
 
 import (
+	"bytes"
 	"errors"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -12,7 +14,7 @@ import (
 
 func TestMessagesRoundTrip(t *testing.T) {
 	l := loadMsg{Node: "us-east-1", Seq: 42, Load: region.Load{QueueWait: 750 * time.Millisecond, Queued: 30, Replicas: 4, Slots: 32,
-		Outstanding: 62, QueuedTokens: 81_000, Offloading: 3, PrefillTokens: 4096, Prefill: policy.PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 20 * time.Microsecond, PerTokenSquared: 0.5}}}
+		Outstanding: 62, QueuedTokens: 81_000, Offloading: 3, PrefillTokens: 4096, FreeCacheTokens: 120_000, HitShare: 0.5, Prefill: policy.PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 20 * time.Microsecond, PerTokenSquared: 0.5}}}
 	typ, r, err := decodeHeader(encodeLoad(l))
 	if err != nil || typ != msgLoad {
 		t.Fatal(typ, err)
@@ -116,36 +118,63 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// TestVersionOneLoadIsStillRead: a node of the previous release sends load
-// summaries without the token and offloading fields; they read as zero.
-// A draining node's summary carries the flag (version 3); any other is
-// still sent as version 2, which the previous release reads.
-func TestDrainingTravelsAndOnlyThenTheNewVersion(t *testing.T) {
-	for _, draining := range []bool{false, true} {
-		b := encodeLoad(loadMsg{Node: "n", Seq: 1, Load: region.Load{Queued: 1, Draining: draining}})
-		if want := byte(2 + map[bool]byte{false: 0, true: 1}[draining]); b[2] != want {
-			t.Errorf("draining=%v sent as version %d, want %d", draining, b[2], want)
-		}
-		_, r, err := decodeHeader(b)
+// TestLoadTravelsWholeAndOlderVersionsAreStillRead: a summary is sent as
+// the current version with every field; a node of an earlier release sends
+// fewer fields, and those it lacks read as zero.
+func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
+	full := region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true,
+		FreeCacheTokens: 70000, HitShare: 0.625}
+	b := encodeLoad(loadMsg{Node: "n", Seq: 1, Load: full})
+	if b[2] != wireVersion || !bytes.Equal(b, legacyLoad(wireVersion, "n", 1, full)) {
+		t.Fatalf("sent as version %d (%x), want version %d as legacyLoad writes it", b[2], b, wireVersion)
+	}
+	cases := []struct {
+		version byte
+		want    region.Load
+	}{
+		{4, full},
+		{3, region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true}},
+		{2, region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3}},
+		{1, region.Load{Queued: 2, Outstanding: 9}},
+	}
+	for _, c := range cases {
+		_, r, err := decodeHeader(legacyLoad(c.version, "n", 1, full))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, err := decodeLoad(r); err != nil || m.Load.Draining != draining || m.Load.Queued != 1 {
-			t.Errorf("draining=%v: decoded %+v, %v", draining, m, err)
+		if m, err := decodeLoad(r); err != nil || m.Load != c.want {
+			t.Errorf("version %d: decoded %+v, %v; want %+v", c.version, m.Load, err, c.want)
 		}
 	}
 }
 
-func TestVersionOneLoadIsStillRead(t *testing.T) {
-	v2 := encodeLoad(loadMsg{Node: "old", Seq: 3, Load: region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1}})
-	v1 := append([]byte(nil), v2[:len(v2)-3]...) // drop the three version-2 fields (one byte each here)
-	v1[2] = 1
-	_, r, err := decodeHeader(v1)
-	if err != nil {
-		t.Fatal(err)
+// legacyLoad writes l as a node of wire version v writes a summary: the
+// fields that version has, in order.
+func legacyLoad(v byte, node string, seq uint64, l region.Load) []byte {
+	w := writer{}
+	w.headerVersion(msgLoad, v)
+	w.str(node)
+	w.uvarint(seq)
+	for _, n := range []int64{int64(l.QueueWait), int64(l.Queued), int64(l.Replicas), int64(l.Slots), int64(l.Outstanding),
+		int64(l.Prefill.Fixed), int64(l.Prefill.PerToken)} {
+		w.uvarint(uint64(n))
 	}
-	m, err := decodeLoad(r)
-	if err != nil || m.Load.Queued != 2 || m.Load.Outstanding != 9 || m.Load.QueuedTokens != 0 || m.Load.Offloading != 0 {
-		t.Errorf("version 1 load: %+v, %v", m, err)
+	w.u64(math.Float64bits(l.Prefill.PerTokenSquared))
+	if v >= 2 {
+		w.uvarint(uint64(l.QueuedTokens))
+		w.uvarint(uint64(l.Offloading))
+		w.uvarint(uint64(l.PrefillTokens))
 	}
+	if v >= 3 {
+		flags := uint64(0)
+		if l.Draining {
+			flags = flagDraining
+		}
+		w.uvarint(flags)
+	}
+	if v >= 4 {
+		w.uvarint(uint64(l.FreeCacheTokens))
+		w.uvarint(uint64(l.HitShare * hitShareScale))
+	}
+	return w.b
 }

@@ -290,6 +290,11 @@ func (t *Table) refreshPeers(now time.Time) {
 				p.Load.PrefillTokens = l.PrefillTokens
 			}
 			p.Load.Prefill = l.Prefill
+			p.Load.FreeCacheTokens = max(p.Load.FreeCacheTokens, l.FreeCacheTokens)
+			p.Load.HitShare += l.HitShare
+		}
+		if len(fresh) > 0 {
+			p.Load.HitShare /= float64(len(fresh))
 		}
 		p.Nodes = len(fresh)
 		p.Healthy = len(fresh) > 0

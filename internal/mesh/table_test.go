@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"math"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -19,8 +20,10 @@ func TestTablePeersAggregateFreshNodes(t *testing.T) {
 	tb.Join("ap-1", Meta{Region: "ap-east", Jurisdiction: "ap", APIAddr: "http://ap-1"})
 	tb.Join("us-2", Meta{Region: "us-east", APIAddr: "http://us-2"}) // same region: not a peer
 
-	if !tb.ObserveLoad("eu-1", 1, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256, QueueWait: 50 * time.Millisecond}, t0) ||
-		!tb.ObserveLoad("eu-2", 5, region.Load{Queued: 2, Outstanding: 7, Replicas: 4, Slots: 256, QueueWait: 80 * time.Millisecond}, t0.Add(time.Second)) {
+	if !tb.ObserveLoad("eu-1", 1, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256, QueueWait: 50 * time.Millisecond,
+		FreeCacheTokens: 9000, HitShare: 0.4}, t0) ||
+		!tb.ObserveLoad("eu-2", 5, region.Load{Queued: 2, Outstanding: 7, Replicas: 4, Slots: 256, QueueWait: 80 * time.Millisecond,
+			FreeCacheTokens: 3000, HitShare: 0.6}, t0.Add(time.Second)) {
 		t.Fatal("fresh summaries refused")
 	}
 	if tb.ObserveLoad("eu-2", 4, region.Load{Queued: 99}, t0.Add(time.Second)) {
@@ -39,8 +42,9 @@ func TestTablePeersAggregateFreshNodes(t *testing.T) {
 		t.Errorf("ap-east without data: healthy %v gate %q", ap.Healthy, ap.Gate)
 	}
 	if !eu.Healthy || eu.Nodes != 2 || eu.Load.Queued != 5 || eu.Load.Outstanding != 17 || eu.Load.Replicas != 4 ||
-		eu.Load.QueueWait != 80*time.Millisecond || eu.DataAge != 500*time.Millisecond || len(eu.APIAddrs) != 2 {
-		t.Errorf("eu-west %+v: want both nodes summed (queues, outstanding), the largest replicas and wait, the newest age", eu)
+		eu.Load.QueueWait != 80*time.Millisecond || eu.DataAge != 500*time.Millisecond || len(eu.APIAddrs) != 2 ||
+		eu.Load.FreeCacheTokens != 9000 || math.Abs(eu.Load.HitShare-0.5) > 1e-9 {
+		t.Errorf("eu-west %+v: want both nodes summed (queues, outstanding), the largest replicas, wait and free cache, the mean hit share, the newest age", eu)
 	}
 
 	// A node that says it is draining is no longer a node to forward to.

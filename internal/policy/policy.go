@@ -115,6 +115,10 @@ type LocalRegion struct {
 	// their first token (a smoothed ratio; 0 or 1 when unknown). Policies
 	// route on their own estimates; SLO-aware admission scales by it.
 	TTFTBias float64
+	// HitShare is the smoothed share of recent prompt tokens served from
+	// cache in the region (0 when unknown): how likely a cached token is
+	// to be asked for again, the worth of what a cold prompt evicts.
+	HitShare float64
 }
 
 // Replica is one local inference server.
@@ -133,6 +137,10 @@ type Replica struct {
 	// unknown): the denominator of its load.
 	Capacity int
 	KVUsage  float64 // 0..1
+	// CacheTokens is the KV cache, in tokens, the prefix index sizes the
+	// replica by (0: unknown); with IndexedBlocks it tells how much a new
+	// prompt can be cached there before something else is evicted.
+	CacheTokens int
 	// PrefixBlocks is how many leading blocks of the request this replica
 	// is believed to hold (from the prefix index); IndexedBlocks how many
 	// blocks of any prompt it is believed to hold.
@@ -150,6 +158,13 @@ type Replica struct {
 	// policies assume all their replicas are).
 	Jurisdiction string
 	RTT          time.Duration
+}
+
+// FreeCacheTokens is how many more tokens the replica is believed to cache
+// before it evicts anything, for blocks of blockTokens tokens (0 when its
+// cache size is unknown: it counts as full).
+func (r *Replica) FreeCacheTokens(blockTokens int) int {
+	return max(r.CacheTokens-r.IndexedBlocks*max(blockTokens, 1), 0)
 }
 
 // Serves reports whether replica i may serve req now: healthy, and in a
@@ -266,6 +281,12 @@ type PeerRegion struct {
 	// digest probably holds.
 	PrefixBlocks int
 	Prefill      PrefillProfile
+	// FreeCacheTokens and HitShare describe the region's cache as its
+	// summary said: the most any healthy replica can still cache without
+	// evicting, and the share of its prompt tokens served from cache (0
+	// when unknown, and then no eviction is priced).
+	FreeCacheTokens int
+	HitShare        float64
 }
 
 // PrefixMatcher tells how many leading blocks of a request a peer

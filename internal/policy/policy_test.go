@@ -164,6 +164,81 @@ func TestAForwardedRequestIsPlacedByTheLocalRule(t *testing.T) {
 	}
 }
 
+// A cold 16k-token document costs what it evicts where the cache is full
+// (16,384 tokens × hit share 0.6 × 20 µs ≈ 197 ms of re-prefill others
+// will pay), so it goes where the cache has room: to the emptier-cached
+// replica though the full one is less loaded, and to a peer with room
+// though it is 20 ms away. With nothing reused (hit share 0), or the
+// same eviction wherever it goes, the old choice stands. The previous
+// rule, which priced no eviction, chose "full" and stayed local in every
+// case.
+func TestAColdLongPromptGoesWhereTheCacheHasRoom(t *testing.T) {
+	blocks := make([]uint64, 128)
+	for i := range blocks {
+		blocks[i] = uint64(1000 + i)
+	}
+	req := &request.Request{ID: "doc", Region: "us-east", PromptTokens: 128 * 128, Blocks: blocks, BlockTokens: 128}
+	const cache = 100_000 // tokens; full at 781 blocks of 128
+	full := Replica{Name: "full", Healthy: true, Running: 1, InFlight: 1, MaxInFlight: 8, CacheTokens: cache, IndexedBlocks: cache / 128}
+	room := Replica{Name: "room", Healthy: true, Running: 2, InFlight: 2, MaxInFlight: 8, CacheTokens: cache}
+	peer := PeerRegion{Name: "eu-west", Jurisdiction: "eu", Healthy: true, GateOpen: true, RTT: 20 * time.Millisecond,
+		Prefill: fastPrefill, FreeCacheTokens: cache, HitShare: 0.6}
+	tests := []struct {
+		name     string
+		replicas []Replica
+		hitShare float64
+		peerFull bool
+		want     Decision
+	}{
+		{"in the region, to the replica with room", []Replica{full, room}, 0.6, false, Decision{Action: Dispatch, Replica: 1}},
+		{"nothing is reused: the less loaded replica", []Replica{full, room}, 0, false, Decision{Action: Dispatch, Replica: 0}},
+		{"the local cache is full: to the peer with room", []Replica{full}, 0.6, false, Decision{Action: Forward, Peer: 0}},
+		{"the local cache has room: stay", []Replica{room}, 0.6, false, Decision{Action: Dispatch, Replica: 0}},
+		{"both caches are full: stay (the peer is farther)", []Replica{full}, 0.6, true, Decision{Action: Dispatch, Replica: 0}},
+	}
+	sw := NewSkywalker(DefaultSkywalkerConfig())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := peer // as loaded as the local region: only the caches differ
+			p.Replicas, p.Slots, p.Outstanding = len(tt.replicas), 8*len(tt.replicas), 0
+			for _, r := range tt.replicas {
+				p.Outstanding += r.Load()
+			}
+			if tt.peerFull {
+				p.FreeCacheTokens = 0
+			}
+			v := &View{Local: LocalRegion{Name: "us-east", Jurisdiction: "us", Prefill: fastPrefill, HitShare: tt.hitShare,
+				Replicas: tt.replicas}, Peers: []PeerRegion{p}}
+			d := sw.Route(req, v)
+			if d.Action != tt.want.Action || d.Replica != tt.want.Replica || d.Peer != tt.want.Peer {
+				t.Errorf("got %s replica %d peer %d (%+v), want %s replica %d peer %d",
+					d.Action, d.Replica, d.Peer, d, tt.want.Action, tt.want.Replica, tt.want.Peer)
+			}
+		})
+	}
+}
+
+func TestEvictionCost(t *testing.T) {
+	p := PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 100 * time.Microsecond}
+	tests := []struct {
+		uncached, free int
+		hitShare       float64
+		want           time.Duration
+	}{
+		{10_000, 0, 0.5, 500 * time.Millisecond},     // 10k evicted, half of it reused
+		{10_000, 4_000, 0.5, 300 * time.Millisecond}, // the free room takes 4k
+		{10_000, 20_000, 0.9, 0},                     // it all fits
+		{10_000, 0, 0, 0},                            // nothing is reused
+		{10_000, -5, 2, time.Second},                 // out-of-range inputs clamp
+		{0, 0, 1, 0},
+	}
+	for _, tt := range tests {
+		if got := EvictionCost(tt.uncached, tt.free, tt.hitShare, p); got != tt.want {
+			t.Errorf("EvictionCost(%d, %d, %v) = %v, want %v", tt.uncached, tt.free, tt.hitShare, got, tt.want)
+		}
+	}
+}
+
 func TestSkywalkerEstimatesFollowTheRule(t *testing.T) {
 	v, req := exampleView(), exampleRequest()
 	d := NewSkywalker(DefaultSkywalkerConfig()).Route(req, v)

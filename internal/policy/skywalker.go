@@ -81,9 +81,12 @@ func DefaultSkywalkerConfig() SkywalkerConfig {
 //
 //	T(j) = RTT(k,j) + Q(j) + τ_prefill,j(uncached tokens of the request in j)
 //
-// and the policy picks argmin_j T(j) + ω·load²(j), where a peer's load
-// counts the requests it is itself sending away (a region offloading is
-// short of capacity: its outflow is priced, not banned). A peer is
+// and the policy picks argmin_j T(j) + ω·load²(j) + E(j), where a peer's
+// load counts the requests it is itself sending away (a region offloading
+// is short of capacity: its outflow is priced, not banned), and E(j) is
+// the expected re-prefill of the cached prefixes the request's uncached
+// tokens would evict in j (EvictionCost: a long cold prompt sent where
+// the cache is full displaces documents others will ask for again). A peer is
 // considered only if its WAN gate is open, its data is fresh, it is
 // healthy, residency allows, and it is within reach: T(j) with the
 // estimate's error to spare fits the request's TTFT objective (and its RTT
@@ -144,8 +147,9 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 	var localScore, localEstimate time.Duration
 	replica := -1
 	if localOK {
-		replica, localEstimate = s.pickReplica(req, local)
-		localScore = localEstimate + s.congestion(local.Load())
+		var evicts time.Duration
+		replica, localEstimate, evicts = s.pickReplica(req, local)
+		localScore = localEstimate + s.congestion(local.Load()) + evicts
 	}
 
 	bestPeer := -1
@@ -168,7 +172,8 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 		if !s.withinReach(req, v, estimate) {
 			continue
 		}
-		score := estimate + s.congestion(p.loadWithOutflow())
+		uncached := req.PromptTokens - cached
+		score := estimate + s.congestion(p.loadWithOutflow()) + EvictionCost(uncached, p.FreeCacheTokens, p.HitShare, p.Prefill)
 		if bestPeer < 0 || score < peerScore {
 			bestPeer, peerScore, peerEstimate = i, score, estimate
 		}
@@ -218,7 +223,7 @@ func (s *Skywalker) routeLocally(req *request.Request, v *View) Decision {
 	case !anyHealthy(local.Replicas):
 		return Decision{Action: Hold, Region: local.Name, Reason: ReasonNoReplica}
 	}
-	replica, estimate := s.pickReplica(req, local)
+	replica, estimate, _ := s.pickReplica(req, local)
 	return dispatchIfRoom(local, replica, estimate)
 }
 
@@ -229,9 +234,12 @@ func (s *Skywalker) routeLocally(req *request.Request, v *View) Decision {
 // slot's wait (a slot frees on it every PerRequestWait × healthy replicas;
 // less while requests are held, see saturatedSlotWait), so a replica
 // holding a long prefix is worth waiting for and a short one is not.
-// Requests already queued ahead add their wait. Ties go to the lesser
-// load, then the lower index.
-func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time.Duration) {
+// Requests already queued ahead add their wait. A cold prompt is charged
+// what it evicts there (EvictionCost), so it goes where the cache has room
+// rather than over prefixes others will ask for again. Ties go to the
+// lesser load, then the lower index. It returns the replica, its estimated
+// time to first token and the eviction cost of placing the request there.
+func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time.Duration, time.Duration) {
 	healthy, room := 0, false
 	for i := range l.Replicas {
 		if r := &l.Replicas[i]; r.Healthy {
@@ -261,24 +269,43 @@ func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time
 	least := l.Replicas[leastLoaded(l.Replicas, false)].Load()
 	limit := least + loadMargin(s.cfg.LoadMargin, least)
 	best := -1
-	var bestT, bestScore time.Duration
+	var bestT, bestScore, bestEvicts time.Duration
 	for i := range l.Replicas {
 		r := &l.Replicas[i]
 		if !r.Healthy || r.Load() > limit {
 			continue
 		}
 		// Its own prefill, behind the prefill already queued there.
-		t := l.Prefill.Time(req.PromptTokens-req.CachedTokens(r.PrefixBlocks)) + time.Duration(r.PrefillTokens)*l.Prefill.PerToken
-		score := t + s.replicaCongestion(r)
+		uncached := req.PromptTokens - req.CachedTokens(r.PrefixBlocks)
+		t := l.Prefill.Time(uncached) + time.Duration(r.PrefillTokens)*l.Prefill.PerToken
+		evicts := EvictionCost(uncached, r.FreeCacheTokens(req.BlockTokens), l.HitShare, l.Prefill)
+		score := t + s.replicaCongestion(r) + evicts
 		if !r.HasRoom() {
 			t += ownWait
 			score += slotCost
 		}
 		if best < 0 || score < bestScore || score == bestScore && s.breaksTie(req, r, &l.Replicas[best]) {
-			best, bestT, bestScore = i, t, score
+			best, bestT, bestScore, bestEvicts = i, t, score, evicts
 		}
 	}
-	return best, bestT + time.Duration(l.Queued)*l.PerRequestWait
+	return best, bestT + time.Duration(l.Queued)*l.PerRequestWait, bestEvicts
+}
+
+// EvictionCost is what caching uncached new tokens on a target with
+// free tokens of cache to spare costs others: the tokens beyond the free
+// room evict cached ones, and each evicted token is asked for again with
+// about the probability hitShare that any cached token is (the target's
+// share of prompt tokens served from cache), when it must be prefilled
+// again at the target's per-token rate. The expectation is linear: the
+// fixed cost of a prefill step is not charged, since re-prefilled tokens
+// ride in some later request's prefill. Zero when nothing is evicted or
+// nothing is reused.
+func EvictionCost(uncached, free int, hitShare float64, prefill PrefillProfile) time.Duration {
+	evicted := uncached - max(free, 0)
+	if evicted <= 0 || hitShare <= 0 {
+		return 0
+	}
+	return time.Duration(float64(evicted) * min(hitShare, 1) * float64(prefill.PerToken))
 }
 
 // breaksTie reports whether r beats best, whose score it equals: the

@@ -23,6 +23,13 @@ type Load struct {
 	// Offloading is this node's requests in flight at peer regions.
 	Offloading int
 	Prefill    policy.PrefillProfile
+	// FreeCacheTokens is the most KV cache, in tokens, any healthy
+	// replica is believed to have free (a prompt cached there evicts
+	// nothing), and HitShare the region's share of prompt tokens served
+	// from cache (Region.HitShare): with them a peer prices what a forward
+	// would evict.
+	FreeCacheTokens int
+	HitShare        float64
 	// Draining: the node is shutting down. Peers stop forwarding to it at
 	// once; it still forwards and serves what it holds.
 	Draining bool
@@ -31,7 +38,7 @@ type Load struct {
 // Load is the region's summary as of now, as this node publishes it.
 func (r *Region) Load() Load {
 	queued := r.bal.Len()
-	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.cfg.Prefill}
+	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.cfg.Prefill, HitShare: r.HitShare()}
 	for _, n := range r.forwarding {
 		l.Offloading += n
 	}
@@ -40,14 +47,16 @@ func (r *Region) Load() Load {
 	for _, rp := range r.replicas {
 		l.Outstanding += rp.inFlight
 		l.QueuedTokens += rp.inFlightTokens
+		pr := r.policyReplica(rp, 0)
 		if rp.healthy {
 			l.Replicas++
 			l.Slots += r.EffectiveCap(rp)
 			if l.PrefillTokens < 0 || rp.prefillTokens < l.PrefillTokens {
 				l.PrefillTokens = rp.prefillTokens
 			}
+			l.FreeCacheTokens = max(l.FreeCacheTokens, pr.FreeCacheTokens(r.cfg.BlockTokens))
 		}
-		local.Replicas = append(local.Replicas, r.policyReplica(rp, 0))
+		local.Replicas = append(local.Replicas, pr)
 	}
 	l.PrefillTokens = max(l.PrefillTokens, 0)
 	l.QueueWait = local.QueueWait()
@@ -110,7 +119,8 @@ type Peer struct {
 	Gate     string // why the gate is as it is
 	// Load aggregates the fresh nodes: queues and outstanding requests
 	// summed, replicas and slots as the largest report (the region's
-	// proxies share its replicas), queue wait as the worst.
+	// proxies share its replicas), queue wait as the worst, free cache as
+	// the most, hit share as the mean.
 	Load   Load
 	Digest *digest.Digest // union of the fresh nodes' digests; nil if none
 }
@@ -121,5 +131,6 @@ func (p *Peer) Policy() policy.PeerRegion {
 	return policy.PeerRegion{Name: p.Region, Jurisdiction: p.Jurisdiction, Healthy: p.Healthy, DataAge: p.DataAge,
 		RTT: p.RTT, GateOpen: p.GateOpen, GateReason: p.Gate, QueueWait: p.Load.QueueWait, Queued: p.Load.Queued,
 		Replicas: p.Load.Replicas, Slots: p.Load.Slots, Outstanding: p.Load.Outstanding, QueuedTokens: p.Load.QueuedTokens,
-		PrefillTokens: p.Load.PrefillTokens, Offloading: p.Load.Offloading, Prefill: p.Load.Prefill, Left: p.Left}
+		PrefillTokens: p.Load.PrefillTokens, Offloading: p.Load.Offloading, Prefill: p.Load.Prefill, Left: p.Left,
+		FreeCacheTokens: p.Load.FreeCacheTokens, HitShare: p.Load.HitShare}
 }

@@ -111,7 +111,11 @@ type Region struct {
 	digests    digestPublisher
 	bookings   map[*request.Request]*booking // dispatched, not ended
 	bias       ratioEWMA                     // actual over estimated time to first token
-	tenantBias map[flow]*ratioEWMA           // the same per flow (class, tenant)
+	// hitCached and hitPrompt are exponentially decayed sums (weight
+	// ServiceAlpha per dispatch) of the cached and the prompt tokens of
+	// dispatched requests: their ratio is HitShare.
+	hitCached, hitPrompt float64
+	tenantBias           map[flow]*ratioEWMA // the same per flow (class, tenant)
 }
 
 // New returns a region with no replicas that routes by pol and hands every
@@ -248,6 +252,7 @@ func (r *Region) View(req *request.Request) *policy.View {
 	}
 	v.Local.PerRequestWait = r.perRequestWait()
 	v.Local.TTFTBias = r.TTFTBias(req)
+	v.Local.HitShare = r.HitShare()
 	v.Peers = v.Peers[:0]
 	for i := range r.peers {
 		p := &r.peers[i]
@@ -262,6 +267,17 @@ func (r *Region) View(req *request.Request) *policy.View {
 	return v
 }
 
+// HitShare is the smoothed share of the prompt tokens dispatched in the
+// region that its replicas were believed to hold cached (the prefix index,
+// corrected by cache truth), 0 before any dispatch: how likely a cached
+// token is to be asked for again, which prices what a cold prompt evicts.
+func (r *Region) HitShare() float64 {
+	if r.hitPrompt <= 0 {
+		return 0
+	}
+	return r.hitCached / r.hitPrompt
+}
+
 func (r *Region) policyReplica(rp *Replica, prefixBlocks int) policy.Replica {
 	m := rp.metrics
 	// The engine's running count as last scraped, less what this node has
@@ -269,7 +285,7 @@ func (r *Region) policyReplica(rp *Replica, prefixBlocks int) policy.Replica {
 	// request that has finished, and would make the replica look busy.
 	running := max(m.Running-rp.endedSinceScrape, 0)
 	return policy.Replica{Name: rp.name, Healthy: rp.healthy, Waiting: m.Waiting, Running: running, InFlight: rp.inFlight,
-		MaxInFlight: r.dispatchCap(rp), Capacity: r.EffectiveCap(rp), KVUsage: r.projectedKVUsage(rp), PrefixBlocks: prefixBlocks, IndexedBlocks: r.index.TargetLen(rp.target), QueuedTokens: rp.inFlightTokens,
+		MaxInFlight: r.dispatchCap(rp), Capacity: r.EffectiveCap(rp), KVUsage: r.projectedKVUsage(rp), CacheTokens: r.believedTokens(rp), PrefixBlocks: prefixBlocks, IndexedBlocks: r.index.TargetLen(rp.target), QueuedTokens: rp.inFlightTokens,
 		PrefillTokens: rp.prefillTokens, Jurisdiction: rp.jurisdiction, RTT: rp.rtt}
 }
 
@@ -306,6 +322,9 @@ func (r *Region) Deliver(o balancer.Outcome) {
 			if req.MaxTokens > 0 {
 				out = min(req.MaxTokens, OutputReserve)
 			}
+			a := r.cfg.ServiceAlpha
+			r.hitCached = (1-a)*r.hitCached + a*float64(req.PromptTokens-uncached)
+			r.hitPrompt = (1-a)*r.hitPrompt + a*float64(req.PromptTokens)
 			rp.inFlight++
 			rp.inFlightTokens += req.PromptTokens
 			rp.prefillTokens += uncached

@@ -2,6 +2,7 @@ package region
 
 import (
 	"fmt"
+	"math"
 	"testing"
 	"time"
 
@@ -430,5 +431,41 @@ func TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst(t *testing.T) {
 					tc.n, tc.maxTokens, dispatched, refused, r.Queued(), tc.wantDispatched, tc.wantRefd, tc.n-tc.wantDispatched-tc.wantRefd)
 			}
 		})
+	}
+}
+
+// The summary tells peers what a forward would evict: the most cache any
+// healthy replica has free, and the share of prompt tokens served from
+// cache (decayed per dispatch by ServiceAlpha).
+func TestTheSummaryCarriesWhatAForwardWouldEvict(t *testing.T) {
+	var got []Delivery
+	r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4, DefaultReplicaTokens: 10 * 128,
+		Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}}, policy.NewSkywalker(policy.DefaultSkywalkerConfig()),
+		func(d Delivery) { got = append(got, d) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SetReplicas(Specs("r0", "r1")); err != nil {
+		t.Fatal(err)
+	}
+	if l := r.Load(); l.FreeCacheTokens != 1280 || l.HitShare != 0 {
+		t.Fatalf("empty region: free %d, hit share %v; want 1280 and 0", l.FreeCacheTokens, l.HitShare)
+	}
+	r.Submit(t0, req("cold", 1, 2, 3, 4))
+	r.End(got[0].Request, Served, 100*time.Millisecond)
+	r.Submit(t0, req("warm", 1, 2, 3, 4))
+	if got[1].PrefixBlocks != 4 {
+		t.Fatalf("the second request found %d cached blocks, want 4", got[1].PrefixBlocks)
+	}
+	a := DefaultServiceAlpha
+	if l, want := r.Load(), 1/(2-a); math.Abs(l.HitShare-want) > 1e-9 || r.HitShare() != l.HitShare {
+		t.Errorf("hit share %v (region %v), want %v: one cold and one warm dispatch", l.HitShare, r.HitShare(), want)
+	}
+	r.Submit(t0, req("doc", 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)) // fills the other replica
+	if got[2].Replica == got[1].Replica {
+		t.Fatalf("the 10-block document went to %s, which holds the 4 blocks; want the other replica", got[2].Replica.Name())
+	}
+	if l := r.Load(); l.FreeCacheTokens != 1280-4*128 {
+		t.Errorf("free cache %d, want %d: one replica full, the other holding 4 blocks", l.FreeCacheTokens, 1280-4*128)
 	}
 }
