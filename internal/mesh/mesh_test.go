@@ -3,7 +3,9 @@ package mesh
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -430,5 +432,41 @@ func TestATightGossipBudgetCoalescesDigestChanges(t *testing.T) {
 				map[bool]string{true: "several skipped", false: "nearly all"}[tt.coalesce])
 		}
 		t.Logf("budget %d B/s: %d bytes sent, %d of 10 generations seen", tt.budget, sent, len(seen)-1)
+	}
+}
+
+// A region whose probes hang (a lossy link waits out memberlist's
+// timeout) delays no other region's samples: regions are probed
+// concurrently, and the hung one is not probed again while its probe is
+// out. Probed one after another, ap-east would get no sample until
+// eu-west's probe returned.
+func TestALossyRegionDoesNotDelayTheOthersProbes(t *testing.T) {
+	nodes := cluster(t, threeRegions(), "us-east", "eu-west", "ap-east")
+	us := nodes[0]
+	eventually(t, "us-east sees both peers' nodes", func() bool { return len(us.Members()) == 3 })
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // runs before the nodes shut down
+	var mu sync.Mutex
+	calls := map[string]int{}
+	us.mu.Lock()
+	real := us.ping
+	us.ping = func(node string, addr net.Addr) (time.Duration, error) {
+		region := node[:strings.LastIndex(node, "-")] // cluster names nodes region-i
+		mu.Lock()
+		calls[region]++
+		mu.Unlock()
+		if region == "eu-west" {
+			<-release // hung until the test ends
+			return 0, errors.New("timeout")
+		}
+		return real(node, addr)
+	}
+	us.mu.Unlock()
+	before := func(region string) int { mu.Lock(); defer mu.Unlock(); return calls[region] }
+	eventually(t, "eu-west's probe is out (hung)", func() bool { return before("eu-west") >= 1 })
+	base := before("ap-east")
+	eventually(t, "ap-east probed ten more times while eu-west's probe hangs", func() bool { return before("ap-east") >= base+10 })
+	if n := before("eu-west"); n != 1 {
+		t.Errorf("eu-west was probed %d times while its first probe was out, want once", n)
 	}
 }

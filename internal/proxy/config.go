@@ -252,7 +252,7 @@ func (c *Config) Objectives() [request.NumClasses]request.SLO {
 func (c *Config) RegionConfig() region.Config {
 	prof, _ := engine.LookupProfile(c.Profile)
 	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight,
-		Prefill: prof.Prefill(), DecodeStep: prof.DecodeStep(), EjectAfter: c.EjectAfter, DefaultReplicaTokens: c.ReplicaCacheTokens,
+		Prefill: prof.Prefill(), DecodeStep: prof.DecodeStep(), EjectAfter: c.EjectAfter, Retries: c.Retries, DefaultReplicaTokens: c.ReplicaCacheTokens,
 		BlockTokens: max(request.DefaultBlockBytes/max(c.BytesPerToken, 1), 1), Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait,
 			Objectives: c.Objectives(), FIFO: !c.FairQueuing, TenantMaxHeld: c.TenantMaxHeld}}
 }

@@ -250,7 +250,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind
 // counted it), or cancelled (the client left first; the upstream request,
 // and a forwarded one at the peer, was closed with it).
 func (s *Server) account(x *exchange) {
-	if x.target.replica != nil || x.target.Peer != nil {
+	if x.target.Attempt != nil {
 		x.endAttempt(region.Released) // the response never reached its body
 	}
 	if !x.firstByte.IsZero() {

@@ -37,7 +37,6 @@ type exchange struct {
 	body []byte
 	in   *http.Request // the client's request
 
-	attempts int // routing attempts made
 	target   routed
 	start    time.Time // when the current attempt was sent
 	// What the client saw.
@@ -135,7 +134,8 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 		return nil, errors.New("relay: request without an exchange")
 	}
 	x.out = out
-	resp, err := x.attempt(x.body)
+	o, err := x.s.router.Route(out.Context(), x.req)
+	resp, err := x.attempt(x.body, o, err)
 	if err != nil {
 		return nil, err
 	}
@@ -143,17 +143,17 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 	return resp, nil
 }
 
-// attempt routes the request and sends body to the target until one
-// answers with its first byte, retrying elsewhere at most Retries times in
-// all; the response returned is the current attempt (x.target, x.attempt).
-func (x *exchange) attempt(body []byte) (*http.Response, error) {
+// attempt sends body to the routed target o (err: routing failed) and,
+// while it fails before its first byte, ends it as failed and takes the
+// next attempt the core routes (region.Attempt.End applies the retry
+// bound, and serves a failed forward here), until one answers with its
+// first byte; the response returned is the current attempt (x.target).
+func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, error) {
 	ctx := x.out.Context()
 	for {
-		o, err := x.s.router.Route(ctx, x.req)
 		if err != nil {
 			return nil, err // a rejection (*apierr.Error) or the client left
 		}
-		x.attempts++
 		x.target = o
 		x.s.metrics.queueWait.Observe(o.Waited.Seconds())
 		if o.replica != nil && x.req.PromptTokens > 0 {
@@ -166,11 +166,11 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 		stopExpire := context.AfterFunc(x.s.expiring, func() { cancel(errDrained) })
 		timeout := x.firstByteTimeout(o)
 		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
-		resp, err := x.send(actx, o, body)
-		if err == nil && resp.StatusCode < 500 {
+		resp, sendErr := x.send(actx, o, body)
+		if sendErr == nil && resp.StatusCode < 500 {
 			// Nothing reaches the client before the upstream's first body
 			// byte: until then a failure is retried elsewhere.
-			if err = awaitFirstByte(resp); err == nil && timer.Stop() {
+			if sendErr = awaitFirstByte(resp); sendErr == nil && timer.Stop() {
 				x.attemptCtx, x.cancel, x.stopExpire = actx, cancel, stopExpire
 				return resp, nil
 			}
@@ -181,31 +181,31 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 		if resp != nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
-			err = errors.New("upstream answered " + resp.Status)
+			sendErr = errors.New("upstream answered " + resp.Status)
 		}
 		stopExpire()
 		cause := context.Cause(actx)
 		cancel(nil)
-		switch cause {
-		case errNoFirstByte:
-			err = fmt.Errorf("no first byte within %v", timeout)
+		how := region.ReplicaFailed
+		switch {
+		case cause == errNoFirstByte:
+			sendErr = fmt.Errorf("no first byte within %v", timeout)
 			x.s.metrics.upstreamTimeouts.WithLabelValues("first_byte").Inc()
-		case errDrained: // not the target's fault, and nowhere to retry
-			x.endAttempt(region.Released)
+		case cause == errDrained, ctx.Err() != nil:
+			how = region.Released // not the target's fault, and nowhere to retry
+		}
+		x.target = routed{}
+		next, n, routeErr := x.s.router.End(ctx, o.Attempt, how)
+		switch {
+		case cause == errDrained:
 			return nil, &apierr.Error{Code: apierr.Unavailable, Message: errDrained.Error(), RetryAfter: time.Second}
-		}
-		x.endAttempt(region.ReplicaFailed)
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case n.Err != nil:
+			return nil, &apierr.Error{Code: n.Err.Code, Message: n.Err.Message + ": " + sendErr.Error(), RetryAfter: n.Err.RetryAfter}
 		}
-		if x.attempts > x.s.cfg.Retries {
-			return nil, &apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request: " + err.Error(),
-				RetryAfter: time.Second}
-		}
-		x.s.logEvery("retry\x00"+o.Decision.Region, slog.LevelInfo, "retrying elsewhere", "id", x.req.ID, "attempt", x.attempts, "err", err)
-		if o.Peer != nil {
-			x.req.Forwarded = true // the peer failed: serve it here
-		}
+		x.s.logEvery("retry\x00"+o.Decision.Region, slog.LevelInfo, "retrying elsewhere", "id", x.req.ID, "attempt", o.Number, "err", sendErr)
+		o, err = next, routeErr
 	}
 }
 
@@ -324,20 +324,20 @@ func (x *exchange) endContext() {
 	}
 }
 
-// endAttempt gives back what the current attempt took: the replica's slot
-// (with how it went) or the forward's count at the peer.
+// endAttempt ends the current attempt, which is not retried (how is
+// Served, BrokeMidStream or Released): the replica's slot (with how it
+// went, and the cached tokens its engine reported) or the forward's count
+// at the peer is given back.
 func (x *exchange) endAttempt(how region.Outcome) {
 	o := x.target
 	x.target = routed{}
-	switch {
-	case o.replica != nil:
-		if how == region.Served && x.counter.cachedSeen {
-			x.s.router.CacheReported(x.req, x.counter.cached)
-		}
-		x.s.router.Done(x.req, time.Since(x.start), how)
-	case o.Peer != nil:
-		x.s.router.ForwardDone(o.Peer.Region)
+	if o.Attempt == nil {
+		return
 	}
+	if how == region.Served && o.replica != nil && x.counter.cachedSeen {
+		x.s.router.CacheReported(o.Attempt, x.counter.cached)
+	}
+	_, _, _ = x.s.router.End(x.in.Context(), o.Attempt, how)
 }
 
 // watchedBody is an upstream body on its way to the client.
@@ -379,8 +379,8 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		}
 		if x.firstByte.IsZero() {
 			x.firstByte = time.Now()
-			if x.target.replica != nil {
-				x.s.router.FirstByte(x.req)
+			if x.target.Attempt != nil {
+				x.s.router.FirstByte(x.target.Attempt)
 			}
 		}
 		x.counter.count(p[:n])
@@ -445,7 +445,7 @@ func (b *watchedBody) settle() {
 	case x.complete && x.status < 300:
 		x.endAttempt(region.Served)
 	case x.broken != nil && x.broken != errDrained:
-		x.endAttempt(region.ReplicaFailed)
+		x.endAttempt(region.BrokeMidStream)
 	default:
 		x.endAttempt(region.Released)
 	}

@@ -237,8 +237,11 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 
 // observe counts every outcome of the balancer by priority, tenant and
 // decision, and logs each request refused or shed, once (the router calls
-// it exactly once per request, with its lock held).
-func (s *Server) observe(d region.Delivery) {
+// it once per attempt, with its lock held; a retry is not admitted again).
+func (s *Server) observe(d *region.Attempt) {
+	if d.Err == nil && d.Number > 1 {
+		return
+	}
 	decision := "admitted"
 	if d.Err != nil {
 		switch d.Err.Code {

@@ -159,5 +159,5 @@ func (c *Config) withDefaults() error {
 func (c *Config) regionConfig(spec RegionSpec, blockTokens int) region.Config {
 	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: spec.Name, MaxInFlight: c.MaxInFlight,
 		Prefill: spec.Profile.Prefill(), DecodeStep: spec.Profile.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
-		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth}
+		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth, Retries: c.Retries}
 }

@@ -198,7 +198,7 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	// Arrivals: each side routes the same requests its own way; what the
 	// proxy dispatches reaches its engine as the HTTP request would.
 	var dispatched []*simRequest
-	proxyReqs := map[string]*request.Request{}
+	proxyAttempts := map[string]*region.Attempt{}
 	for i, req := range probes {
 		if req.Residency == "ap" {
 			continue // would be held: nothing to deliver
@@ -209,7 +209,6 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		pd, err := router.Route(ctx, &preq)
 		cancel()
-		proxyReqs[preq.ID] = &preq
 		if err != nil {
 			t.Fatalf("proxy: %s was not routed: %v", req.ID, err)
 		}
@@ -218,6 +217,7 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		proxyTarget, simTarget := "forward to "+peerName(pd.Peer), "forward to "+regionName(w, sr.forwardedTo)
 		if pd.Replica != nil {
 			proxyTarget = "dispatch to " + pd.Replica.Name()
+			proxyAttempts[preq.ID] = pd.Attempt
 			i := replicaIndex(pd.Replica.Name())
 			engines[i].Engine(func(e *engine.Engine) {
 				_ = e.Add(&engine.Sequence{ID: preq.ID, PromptTokens: preq.PromptTokens, MaxTokens: preq.MaxTokens, Units: preq.Blocks,
@@ -244,7 +244,9 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	// simulator from dispatch to the engine's finish.
 	step(1200 * time.Millisecond)
 	for _, sr := range dispatched {
-		router.Done(proxyReqs[sr.req.ID], w.now-sr.dispatched, region.Served)
+		if _, _, err := router.End(context.Background(), proxyAttempts[sr.req.ID], region.Served); err != nil {
+			t.Fatal(err)
+		}
 		sr.firstToken = w.now
 		sink{r: us, rp: sr.replica}.Finished(&engine.Sequence{ID: sr.req.ID, PromptTokens: sr.req.PromptTokens, Generated: 2, Data: sr}, now())
 	}
@@ -349,7 +351,7 @@ func TestProxyAndSimulatorScrapeEnginesAlike(t *testing.T) {
 			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 			router.ObserveScrape("r0", router.MarkScrape("r0"), rec.Code, rec.Body)
 
-			core, err := region.New(pcfg.RegionConfig(), pol, func(region.Delivery) {})
+			core, err := region.New(pcfg.RegionConfig(), pol, func(*region.Attempt) {})
 			if err != nil {
 				t.Fatal(err)
 			}
