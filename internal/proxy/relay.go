@@ -37,8 +37,8 @@ type exchange struct {
 	body []byte
 	in   *http.Request // the client's request
 
-	target   routed
-	start    time.Time // when the current attempt was sent
+	target routed
+	start  time.Time // when the current attempt was sent
 	// What the client saw.
 	servedBy  string // the region whose answer reached the client
 	firstByte time.Time

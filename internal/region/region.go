@@ -330,4 +330,3 @@ func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
 	r.bookings[req] = b
 	r.index.Insert(rp.target, req.Blocks, r.digests.learn)
 }
-
