@@ -334,6 +334,13 @@ func cloneLocal(l policy.LocalRegion) policy.LocalRegion {
 	return l
 }
 
+// ReplicaStates is the core's bookkeeping of every replica.
+func (r *Router) ReplicaStates() []region.ReplicaState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.ReplicaStates()
+}
+
 // Decide returns the decision the policy would make for req now, without
 // routing it.
 func (r *Router) Decide(req *request.Request) policy.Decision {

@@ -90,6 +90,26 @@ func (r *Replica) Name() string { return r.name }
 // Healthy reports whether the replica is in service (not ejected).
 func (r *Replica) Healthy() bool { return r.healthy }
 
+// ReplicaState is a replica's bookkeeping as the core holds it: for the
+// debug endpoint and the drivers' parity test.
+type ReplicaState struct {
+	Name                 string
+	Healthy, Probation   bool
+	InFlight             int
+	Failures, Ejections  int // the failure streak, and ejections since it last served
+	PrefillTokens, Ended int
+}
+
+// ReplicaStates lists every replica's bookkeeping, in the region's order.
+func (r *Region) ReplicaStates() []ReplicaState {
+	out := make([]ReplicaState, len(r.replicas))
+	for i, rp := range r.replicas {
+		out[i] = ReplicaState{Name: rp.name, Healthy: rp.healthy, Probation: rp.probation, InFlight: rp.inFlight,
+			Failures: rp.failures, Ejections: rp.ejections, PrefillTokens: rp.prefillTokens, Ended: rp.ended}
+	}
+	return out
+}
+
 // InFlight is the number of requests dispatched to it and not yet done.
 func (r *Replica) InFlight() int { return r.inFlight }
 

@@ -63,7 +63,40 @@ func (nopSink) FirstToken(*engine.Sequence, time.Time) {}
 func (nopSink) Token(*engine.Sequence, time.Time)      {}
 func (nopSink) Finished(*engine.Sequence, time.Time)   {}
 
-func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
+// parity is one world driven both ways: region us-east of a three-region
+// simulated world (us), and a proxy Router (router) in front of HTTP
+// engines (engines) in the same states, with the same peers' summaries,
+// digests and probes, after one scrape and one health round each.
+type parity struct {
+	w        *world
+	us       *router
+	router   *proxy.Router
+	engines  []*server.Server
+	now      func() time.Time
+	shared   []uint64 // the blocks eu-west's digest holds
+	replicas int
+}
+
+// step advances the shared clock.
+func (p *parity) step(d time.Duration) { p.w.now += d }
+
+// scrape runs a scrape round on each side its own way: the proxy's over
+// HTTP (then its pump), the simulator's scrape event.
+func (p *parity) scrape(t *testing.T) {
+	t.Helper()
+	for i, e := range p.engines {
+		name := fmt.Sprintf("us-east-%d", i)
+		mark := p.router.MarkScrape(name)
+		rec := httptest.NewRecorder()
+		e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		p.router.ObserveScrape(name, mark, rec.Code, rec.Body)
+	}
+	p.router.Pump()
+	mustHandle(t, p.w, event{kind: evScrape, router: 0})
+}
+
+func newParity(t *testing.T) *parity {
+	t.Helper()
 	prof, _ := engine.LookupProfile("llama3-8b-a100")
 	const replicas = 3
 
@@ -119,7 +152,10 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		table.Join(p.Region, p)
 	}
 	peerDigest := digest.New("eu-west", "eu-west", 3, 10_000, 0.01)
-	shared := []uint64{501, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511, 512, 513, 514, 515, 516, 517, 518, 519, 520}
+	shared := make([]uint64, 160) // a 20k-token document: worth the trip to eu-west
+	for i := range shared {
+		shared[i] = uint64(501 + i)
+	}
 	for _, b := range shared {
 		peerDigest.Add(b)
 	}
@@ -147,23 +183,20 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	// A scrape round and a health round, each side its own way, then the
 	// pump that follows a scrape round.
 	step(30 * time.Millisecond)
-	scrapeProxy := func() {
-		for i, e := range engines {
-			name := fmt.Sprintf("us-east-%d", i)
-			mark := router.MarkScrape(name)
-			rec := httptest.NewRecorder()
-			e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-			router.ObserveScrape(name, mark, rec.Code, rec.Body)
-		}
-		router.Pump()
-	}
-	scrapeProxy()
-	mustHandle(t, w, event{kind: evScrape, router: 0})
+	p := &parity{w: w, us: us, router: router, engines: engines, now: now, shared: shared, replicas: replicas}
+	p.scrape(t)
 	for i := range replicas {
 		router.ObserveHealth(fmt.Sprintf("us-east-%d", i), true)
 	}
 	mustHandle(t, w, event{kind: evHealth, router: 0})
+	return p
+}
 
+func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
+	p := newParity(t)
+	w, us, router, engines, now, shared := p.w, p.us, p.router, p.engines, p.now, p.shared
+	step := p.step
+	scrapeProxy := func() { p.scrape(t) }
 	probes := []*request.Request{
 		probe("short, nothing cached", 2, ""),
 		probe("long, cached at eu-west", 24, "", shared...),
@@ -237,7 +270,6 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	}
 	compare("after the arrivals")
 	scrapeProxy()
-	mustHandle(t, w, event{kind: evScrape, router: 0})
 	compare("after the arrivals were scraped")
 
 	// Completions: the proxy measures service from send to last byte, the
