@@ -181,9 +181,24 @@ func TestChaos(t *testing.T) {
 			p := startSolo(t, []string{victim, other}, func(c *Config) { c.MidStreamFailover = failover })
 			done := make(chan *tally)
 			go func() { done <- burst(p.addr, 30, 150) }()
-			time.Sleep(300 * time.Millisecond) // streams are under way
+			// Kill it only once streams are under way there: a kill after
+			// the burst would test nothing.
+			testwait.Eventually(t, 30*time.Second, "streams in flight at the engine to be killed", func() (bool, string) {
+				for i := range 2 {
+					if r := p.replica(i); strings.Contains(victim, r.Name) && r.InFlight >= 3 {
+						return true, ""
+					}
+				}
+				return false, "fewer than 3 requests in flight at the victim"
+			})
 			kill()
-			row(fmt.Sprintf("1 of 2 engines killed mid-stream, failover %v", failover), <-done)
+			tl := <-done
+			row(fmt.Sprintf("1 of 2 engines killed mid-stream, failover %v", failover), tl)
+			// Without failover the streams it broke end with an error
+			// event; with failover they go on elsewhere and none does.
+			if broke := tl.counts[errorEvent]; failover && broke > 0 || !failover && broke == 0 {
+				t.Errorf("failover %v: %d streams ended by an error event: %s", failover, broke, tl)
+			}
 		})
 	}
 
