@@ -13,6 +13,7 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/profile"
 	"skywalker/internal/testwait"
 )
 
@@ -28,7 +29,7 @@ import (
 // connection it holds, as SIGKILL would.
 func simEngine(t *testing.T, faults server.Faults) (url string, kill func()) {
 	t.Helper()
-	p, err := engine.LookupProfile("llama3-8b-a100")
+	p, err := profile.Lookup("llama3-8b-a100")
 	if err != nil {
 		t.Fatal(err)
 	}

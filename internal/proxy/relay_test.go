@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"skywalker/internal/engine"
 	"skywalker/internal/policy"
+	"skywalker/internal/profile"
 	"skywalker/internal/region"
 )
 
@@ -81,9 +81,9 @@ func TestAFailedForwardIsServedHereAsALocalRequest(t *testing.T) {
 		http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusServiceUnavailable)
 	}))
 	t.Cleanup(peer.Close)
-	prof, _ := engine.LookupProfile("llama3-8b-a100")
+	prof, _ := profile.Lookup("llama3-8b-a100")
 	peers := staticPeers{{Region: "eu-west", Healthy: true, Nodes: 1, APIAddrs: []string{peer.URL}, RTT: 20 * time.Millisecond,
-		GateOpen: true, Load: region.Load{Replicas: 4, Slots: 32, Prefill: prof.Prefill()}}}
+		GateOpen: true, Load: region.Load{Replicas: 4, Slots: 32, Prefill: policy.PrefillOf(prof)}}}
 	p := startSoloWith(t, []string{local}, func(c *Config) { c.MaxInFlight, c.Profile = 1, prof.Name }, Options{Peers: peers})
 	post := func() (*http.Response, error) {
 		return http.Post("http://"+p.addr+"/v1/chat/completions", "application/json",

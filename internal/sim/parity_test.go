@@ -15,6 +15,7 @@ import (
 	"skywalker/internal/engine/server"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
+	"skywalker/internal/profile"
 	"skywalker/internal/proxy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
@@ -97,7 +98,7 @@ func (p *parity) scrape(t *testing.T) {
 
 func newParity(t *testing.T) *parity {
 	t.Helper()
-	prof, _ := engine.LookupProfile("llama3-8b-a100")
+	prof, _ := profile.Lookup("llama3-8b-a100")
 	const replicas = 3
 
 	// The simulator's driver: region us-east of a three-region world.
@@ -160,8 +161,8 @@ func newParity(t *testing.T) *parity {
 		peerDigest.Add(b)
 	}
 	peerDigest = peerDigest.Clone()
-	euLoad := region.Load{QueueWait: 40 * time.Millisecond, Queued: 1, Replicas: 4, Slots: 256, Outstanding: 30, Prefill: prof.Prefill()}
-	apLoad := region.Load{Queued: 0, Replicas: 4, Slots: 256, Outstanding: 3, Prefill: prof.Prefill()}
+	euLoad := region.Load{QueueWait: 40 * time.Millisecond, Queued: 1, Replicas: 4, Slots: 256, Outstanding: 30, Prefill: policy.PrefillOf(prof)}
+	apLoad := region.Load{Queued: 0, Replicas: 4, Slots: 256, Outstanding: 3, Prefill: policy.PrefillOf(prof)}
 	step := func(d time.Duration) { w.now += d }
 	step(10 * time.Millisecond)
 	table.ObserveLoad("eu-west", 7, euLoad, now())
@@ -338,7 +339,7 @@ func ptr[T any](v T) *T { return &v }
 // of the model; the replicas the policy then sees must be identical. (The
 // whole-region test above has no engine queue.)
 func TestProxyAndSimulatorScrapeEnginesAlike(t *testing.T) {
-	prof, _ := engine.LookupProfile("llama3-8b-l4")
+	prof, _ := profile.Lookup("llama3-8b-l4")
 	states := []struct {
 		name       string
 		cfg        engine.Config

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"skywalker/internal/profile"
 	"skywalker/internal/request"
 
-	"skywalker/internal/engine"
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/results"
@@ -124,7 +124,7 @@ func TestUtilizationIsAShareOfTokenCapacity(t *testing.T) {
 
 // oneRegion is a single-region config with a flat (Poisson) workload.
 func oneRegion(t testing.TB, policyName string, replicas int, rps float64, tenants int) (Config, workload.Diurnal) {
-	p, _ := engine.LookupProfile("llama3-8b-a100")
+	p, _ := profile.Lookup("llama3-8b-a100")
 	cfg := Config{Regions: []RegionSpec{{Name: "solo", Replicas: replicas, Profile: p, Jurisdiction: "us"}},
 		RTT: [][]time.Duration{{0}}, Policy: policyName, SLO: request.SLO{TTFT: time.Second}, Seed: 5}
 	d := workload.Diurnal{Regions: []workload.RegionLoad{{Name: "solo", Jurisdiction: "us"}}, Day: time.Hour, Duration: 10 * time.Minute,
@@ -205,7 +205,7 @@ func TestUnboundedCacheReachesTheTracesReusableFraction(t *testing.T) {
 		reusable += float64(min(k*workload.MooncakeBlockTokens, r.InputTokens-1))
 		total += float64(r.InputTokens)
 	}
-	p, _ := engine.LookupProfile("llama3-8b-h100")
+	p, _ := profile.Lookup("llama3-8b-h100")
 	p.KVBlocks = 50_000_000 // unbounded for this trace
 	cfg := Config{Regions: []RegionSpec{{Name: "solo", Replicas: 1, Profile: p}}, RTT: [][]time.Duration{{0}}, Policy: "local", Seed: 1}
 	src, _ := workload.Replay{Records: recs, Regions: []workload.RegionLoad{{Name: "solo"}}, Speedup: 0.25}.Source()
