@@ -195,10 +195,11 @@ func TestChaos(t *testing.T) {
 			kill()
 			tl := <-done
 			row(fmt.Sprintf("1 of 2 engines killed mid-stream, failover %v", failover), tl)
-			// Without failover the streams it broke end with an error
-			// event; with failover they go on elsewhere and none does.
-			if broke := tl.counts[errorEvent]; failover && broke > 0 || !failover && broke == 0 {
-				t.Errorf("failover %v: %d streams ended by an error event: %s", failover, broke, tl)
+			// Without failover, the three or more requests in flight at the
+			// engine when it died cannot all have been served (each ends
+			// with an error event, or a status if it had not streamed).
+			if !failover && tl.counts[served] > 30-3 {
+				t.Errorf("the kill hit no request: %s", tl)
 			}
 		})
 	}

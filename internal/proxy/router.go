@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"skywalker/internal/apierr"
+	"skywalker/internal/balancer"
 	"skywalker/internal/digest"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
@@ -29,8 +31,8 @@ type PeerSource interface {
 type replica struct {
 	handle *region.Replica
 	url    *url.URL
-	models []modelCard // nil until /v1/models answered
-	scrape scrapeState
+	models atomic.Pointer[[]modelCard] // nil until /v1/models answered
+	scrape scrapeState                 // owned by the scrape loop (one round at a time)
 }
 
 func (rp *replica) name() string { return rp.handle.Name() }
@@ -341,6 +343,56 @@ func (r *Router) ReplicaStates() []region.ReplicaState {
 	return r.core.ReplicaStates()
 }
 
+// snapshot is a consistent copy of the router's state, for every reader
+// off the request path (the debug endpoint, the metrics collector, the
+// pool's loops, the server's accessors): the one place besides the
+// request path that takes the router's lock.
+type snapshot struct {
+	policy   string
+	queued   int
+	replicas []*replica // the HTTP sides, in the core's order
+	states   []replicaState
+	peers    []region.Peer
+	held     []balancer.HeldRequest
+	heldBy   map[heldKey]int
+	recent   []Decision // oldest first
+}
+
+// replicaState is one replica as the core holds it, copied.
+type replicaState struct {
+	name                                    string
+	healthy                                 bool
+	inFlight                                int
+	metrics                                 region.Metrics
+	indexedBlocks, dispatchCap, cacheTokens int
+	truth                                   region.CacheTruth
+}
+
+// heldKey is a (class, tenant) of held requests.
+type heldKey struct {
+	class  request.Class
+	tenant string
+}
+
+func (r *Router) snapshot() snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := snapshot{policy: r.core.Policy().Name(), queued: r.core.Queued(), replicas: slices.Clone(r.replicas),
+		peers: slices.Clone(r.core.Peers()), held: r.core.Held(r.now()), heldBy: map[heldKey]int{}}
+	for _, h := range r.core.Replicas() {
+		out.states = append(out.states, replicaState{name: h.Name(), healthy: h.Healthy(), inFlight: h.InFlight(), metrics: h.Metrics(),
+			indexedBlocks: r.core.IndexedBlocks(h), dispatchCap: r.core.DispatchCap(h), cacheTokens: r.core.BelievedCacheTokens(h),
+			truth: r.core.Truth(h)})
+	}
+	r.core.HeldBy(func(class request.Class, tenant string, n int) { out.heldBy[heldKey{class, tenant}] += n })
+	for i := range len(r.recent) {
+		if d := r.recent[(r.recentNext+i)%len(r.recent)]; d.ID != "" {
+			out.recent = append(out.recent, d)
+		}
+	}
+	return out
+}
+
 // Decide returns the decision the policy would make for req now, without
 // routing it.
 func (r *Router) Decide(req *request.Request) policy.Decision {
@@ -392,6 +444,30 @@ func (r *Router) queued() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.core.Queued()
+}
+
+// modelCards returns the union of the replicas' model cards, one per id
+// (the first replica's, in pool order), sorted by id, and whether any
+// replica reported its models yet.
+func (r *Router) modelCards() ([]modelCard, bool) {
+	seen := map[string]bool{}
+	known := false
+	var out []modelCard
+	for _, rp := range r.snapshot().replicas {
+		cards := rp.models.Load()
+		if cards == nil {
+			continue
+		}
+		known = true
+		for _, m := range *cards {
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b modelCard) int { return strings.Compare(a.ID, b.ID) })
+	return out, known
 }
 
 var _ mesh.Source = (*Router)(nil)

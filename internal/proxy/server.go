@@ -126,18 +126,10 @@ func (s *Server) SetPeers(p PeerSource) { s.router.setPeerSource(p) }
 func (s *Server) QueueLength() int { return s.router.queued() }
 
 // Peers is the peers' snapshot the router last routed with.
-func (s *Server) Peers() []region.Peer {
-	s.router.mu.Lock()
-	defer s.router.mu.Unlock()
-	return s.router.core.Peers()
-}
+func (s *Server) Peers() []region.Peer { return s.router.snapshot().peers }
 
 // Replicas is the number of replicas in the pool.
-func (s *Server) Replicas() int {
-	s.router.mu.Lock()
-	defer s.router.mu.Unlock()
-	return len(s.router.replicas)
-}
+func (s *Server) Replicas() int { return len(s.router.snapshot().replicas) }
 
 // HealthyReplicas is the number of replicas in service.
 func (s *Server) HealthyReplicas() int { return s.router.healthyReplicas() }
