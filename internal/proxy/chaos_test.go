@@ -177,20 +177,26 @@ func TestChaos(t *testing.T) {
 			row(fmt.Sprintf("20%% of streams stall after 5 tokens (1 s stall timeout), failover %v", failover), burst(p.addr, 40, 30))
 		})
 		t.Run(fmt.Sprintf("an engine is killed mid-stream, failover %v", failover), func(t *testing.T) {
-			victim, kill := simEngine(t, server.Faults{})
-			other, _ := simEngine(t, server.Faults{})
-			p := startSolo(t, []string{victim, other}, func(c *Config) { c.MidStreamFailover = failover })
+			first, killFirst := simEngine(t, server.Faults{})
+			second, killSecond := simEngine(t, server.Faults{})
+			p := startSolo(t, []string{first, second}, func(c *Config) { c.MidStreamFailover = failover })
 			done := make(chan *tally)
 			go func() { done <- burst(p.addr, 30, 150) }()
-			// Kill it only once streams are under way there: a kill after
-			// the burst would test nothing.
-			testwait.Eventually(t, 30*time.Second, "streams in flight at the engine to be killed", func() (bool, string) {
+			// Kill an engine only once streams are under way there (the
+			// one prefix affinity chose): a kill after the burst, or of an
+			// idle engine, would test nothing.
+			var kill func()
+			testwait.Eventually(t, 30*time.Second, "streams in flight at an engine", func() (bool, string) {
 				for i := range 2 {
-					if r := p.replica(i); strings.Contains(victim, r.Name) && r.InFlight >= 3 {
+					if r := p.replica(i); r.InFlight >= 3 {
+						kill = killSecond
+						if strings.Contains(first, r.Name) {
+							kill = killFirst
+						}
 						return true, ""
 					}
 				}
-				return false, "fewer than 3 requests in flight at the victim"
+				return false, "fewer than 3 requests in flight at either engine"
 			})
 			kill()
 			tl := <-done
