@@ -13,9 +13,9 @@
 // accounting each client request), router.go (the lock around the region
 // core: where a request is routed, and its attempts ended), relay.go (the
 // ReverseProxy: each attempt sent, retried before the first byte),
-// watch.go (the body that reaches the client, to its end), failover.go (mid-stream failover), forward.go (the
-// authenticated one-hop marker), tls.go (peer TLS), pool.go (replicas:
-// scraping, health checks, models), scrape.go (vLLM/SGLang metrics, data-
-// parallel engines combined), demand.go (per-hour demand for the
-// planner), metrics.go (Prometheus).
+// watch.go (the body that reaches the client, to its end), failover.go
+// (mid-stream failover), forward.go (the authenticated one-hop marker),
+// tls.go (peer TLS), pool.go (replicas: scraping, health checks, models),
+// scrape.go (vLLM/SGLang metrics, data-parallel engines combined),
+// demand.go (per-hour demand for the planner), metrics.go (Prometheus).
 package proxy
