@@ -12,22 +12,23 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/profile"
 )
 
 func newEngineCommand(logs *logFlags) *cobra.Command {
 	var (
-		listen  string
-		model   string
-		profile string
-		ecfg    engine.Config
-		scfg    server.Config
+		listen      string
+		model       string
+		profileName string
+		ecfg        engine.Config
+		scfg        server.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "engine",
 		Short: "Run a simulated vLLM-compatible inference server (no GPU needed)",
 		Long: `engine serves the engine model over the OpenAI API with vLLM's metrics:
 continuous batching, chunked prefill, a paged KV cache with prefix reuse, and
-step times from a hardware profile (` + strings.Join(engine.ProfileNames(), ", ") + `).`,
+step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkFlags(above("time-scale", scfg.TimeScale, 0), atLeast("kv-blocks", float64(ecfg.KVBlocks), 0),
@@ -38,7 +39,7 @@ step times from a hardware profile (` + strings.Join(engine.ProfileNames(), ", "
 				atLeast("fault-exit-after", float64(scfg.Faults.ExitAfter), 0)); err != nil {
 				return err
 			}
-			p, err := engine.LookupProfile(profile)
+			p, err := profile.Lookup(profileName)
 			if err != nil {
 				return err
 			}
@@ -66,7 +67,7 @@ step times from a hardware profile (` + strings.Join(engine.ProfileNames(), ", "
 	f := cmd.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:8000", "HTTP listen address")
 	f.StringVar(&model, "model", "meta-llama/Llama-3.1-8B-Instruct", "served model name")
-	f.StringVar(&profile, "profile", engine.DefaultProfile, "hardware/model timing profile")
+	f.StringVar(&profileName, "profile", profile.Default, "hardware/model timing profile")
 	f.IntVar(&ecfg.KVBlocks, "kv-blocks", 0, "KV-cache blocks (default: the profile's)")
 	f.IntVar(&ecfg.BlockSize, "block-size", 0, "tokens per KV block (default: the profile's, 16)")
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 0, "most sequences running at once (default: the profile's)")

@@ -14,6 +14,7 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/profile"
 	"skywalker/internal/proxy"
 )
 
@@ -34,7 +35,7 @@ func TestServeConfigPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Listen != ":9100" || cfg.Region != "env-region" || cfg.Policy != "local" || cfg.WorkerPool[0] != "http://env:8000" || cfg.Profile != engine.DefaultProfile {
+	if cfg.Listen != ":9100" || cfg.Region != "env-region" || cfg.Policy != "local" || cfg.WorkerPool[0] != "http://env:8000" || cfg.Profile != profile.Default {
 		t.Errorf("flags > env > file > defaults violated: %+v", cfg)
 	}
 	if _, err := loadServeConfig(cmd.Flags(), "", func(string) string { return "" }, base, "", "", "", 120, ""); err == nil ||
@@ -100,7 +101,7 @@ func TestBenchAgainstAnEngine(t *testing.T) {
 // testEngine runs a fast simulated engine on loopback until ctx ends.
 func testEngine(t *testing.T, ctx context.Context) string {
 	t.Helper()
-	p, _ := engine.LookupProfile("llama3-8b-h100")
+	p, _ := profile.Lookup("llama3-8b-h100")
 	_, url, err := server.ServeLoopback(ctx, server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 50})
 	if err != nil {
 		t.Fatal(err)

@@ -191,12 +191,12 @@ func cost(req *request.Request) float64 {
 	return float64(max(req.PromptTokens, 1) + min(out, 4096))
 }
 
-// objective is the request's TTFT objective; zero for none. Forwarded
-// requests have none here: the region that forwarded them admitted them
-// against this region's estimate, and they are never shed in favour of
-// local ones.
+// objective is the request's TTFT objective; zero for none. Requests that
+// stay here have none: the region that forwarded one admitted it against
+// this region's estimate, one whose forward failed was admitted here
+// already, and neither is shed in favour of new ones.
 func (b *Balancer) objective(req *request.Request) time.Duration {
-	if req.Forwarded || int(req.Class) >= len(b.cfg.Objectives) {
+	if req.StaysHere() || int(req.Class) >= len(b.cfg.Objectives) {
 		return 0
 	}
 	return b.cfg.Objectives[req.Class].For(req.PromptTokens)
@@ -274,11 +274,11 @@ func (b *Balancer) Submit(now time.Time, req *request.Request, env Env) {
 // late for its objective, wherever the decision sends it, goes to a peer
 // that can meet it (a region under pressure forwards before it sheds) or
 // is refused; of those that would wait, a sheddable one is refused and
-// one whose tenant is over its limit is refused. Forwarded requests and
-// those that asked to wait are taken as they are. It may turn d into a
-// forward.
+// one whose tenant is over its limit is refused. Requests that stay here
+// (forwarded in, or their forward failed) and those that asked to wait are
+// taken as they are. It may turn d into a forward.
 func (b *Balancer) admit(req *request.Request, v *policy.View, d *policy.Decision, waits bool) *apierr.Error {
-	if req.Forwarded {
+	if req.StaysHere() {
 		return nil
 	}
 	if lim := b.cfg.TenantMaxHeld; waits && lim > 0 && req.Tenant != "" {

@@ -13,6 +13,7 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/profile"
 	"skywalker/internal/request"
 	"skywalker/internal/workload"
 )
@@ -36,7 +37,7 @@ func TestPromptTextSharesExactlyThePrefixBlocks(t *testing.T) {
 }
 
 func TestRunMeasuresWhatTheClientSees(t *testing.T) {
-	p, _ := engine.LookupProfile("llama3-8b-h100")
+	p, _ := profile.Lookup("llama3-8b-h100")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	_, engineURL, err := server.ServeLoopback(ctx, server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 20})

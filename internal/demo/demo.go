@@ -13,10 +13,12 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"skywalker/internal/request"
 	"strings"
 	"sync"
 	"time"
+
+	"skywalker/internal/profile"
+	"skywalker/internal/request"
 
 	"skywalker/internal/bench"
 	"skywalker/internal/engine"
@@ -43,7 +45,7 @@ const GateThreshold = 200 * time.Millisecond
 // per region on ports[i] (0 picks a free port) routing by policyName,
 // gossip over emulated WAN links; it returns once the mesh has converged.
 func Start(ctx context.Context, policyName string, ports []int, log *slog.Logger) (*node.Cluster, error) {
-	prof, _ := engine.LookupProfile("llama3-8b-a100")
+	prof, _ := profile.Lookup("llama3-8b-a100")
 	c, err := node.StartCluster(ctx, node.ClusterOptions{Topology: Topology, Ports: ports, Logger: log,
 		Engine: server.Config{Model: Model, Engine: engine.Config{Profile: prof, MaxNumSeqs: 48}, TimeScale: 1},
 		Proxy: func(cfg *proxy.Config) {

@@ -8,25 +8,16 @@ import (
 	"testing"
 
 	"skywalker/internal/prefix"
+	"skywalker/internal/prefix/prefixtest"
 )
 
 var _ BlockSource = (*prefix.Index)(nil)
-
-func chain(root uint64, n int) []uint64 {
-	out := make([]uint64, n)
-	h := root
-	for i := range out {
-		h = h*0x9E3779B97F4A7C15 + uint64(i) + 1
-		out[i] = h
-	}
-	return out
-}
 
 func TestBuildFromIndexAndMatch(t *testing.T) {
 	x := prefix.New(128)
 	a, _ := x.AddTarget("a", 1<<20)
 	b, _ := x.AddTarget("b", 1<<20)
-	long, short := chain(1, 800), chain(2, 40)
+	long, short := prefixtest.Chain(1, 800), prefixtest.Chain(2, 40)
 	x.Insert(a, long, nil)
 	x.Insert(b, short[:10], nil)
 	d := Build(x, "eu-west", "node-1", 7, 10_000, 0)
@@ -38,8 +29,8 @@ func TestBuildFromIndexAndMatch(t *testing.T) {
 	}{
 		{"fully cached 800-block prompt", long, 800},
 		{"partly cached prompt", short, 10},
-		{"a prompt extending a cached one", append(append([]uint64{}, long[:500]...), chain(3, 100)...), 500},
-		{"unseen prompt", chain(4, 50), 0},
+		{"a prompt extending a cached one", append(append([]uint64{}, long[:500]...), prefixtest.Chain(3, 100)...), 500},
+		{"unseen prompt", prefixtest.Chain(4, 50), 0},
 		{"empty request", nil, 0},
 	}
 	for _, tc := range tests {
@@ -78,7 +69,7 @@ func TestMatchLengthSurvivesFalsePositives(t *testing.T) {
 		d.Add(rng.Uint64())
 	}
 	for trial := range 200 {
-		req := chain(uint64(trial)+100, 300)
+		req := prefixtest.Chain(uint64(trial)+100, 300)
 		k := rng.IntN(300)
 		for _, h := range req[:k] {
 			d.Add(h)
@@ -104,7 +95,7 @@ func TestMatchLengthAgreesWithAScanAtCapacity(t *testing.T) {
 	var reqs [][]uint64
 	var cached []int
 	for added := 0; added < capacity; {
-		req := chain(rng.Uint64(), 1+rng.IntN(800))
+		req := prefixtest.Chain(rng.Uint64(), 1+rng.IntN(800))
 		k := rng.IntN(len(req) + 1)
 		for _, h := range req[:k] {
 			d.Add(h)
@@ -121,7 +112,7 @@ func TestMatchLengthAgreesWithAScanAtCapacity(t *testing.T) {
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	d := New("ap-east", "proxy-2", 42, 5000, 0.01)
-	for _, h := range chain(9, 300) {
+	for _, h := range prefixtest.Chain(9, 300) {
 		d.Add(h)
 	}
 	enc, err := d.MarshalBinary()
@@ -135,7 +126,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	if got.Region != "ap-east" || got.Node != "proxy-2" || got.Generation != 42 || got.Bits() != d.Bits() || got.Hashes() != d.Hashes() {
 		t.Errorf("header lost in round trip: %+v", got)
 	}
-	if n := got.MatchLength(chain(9, 300)); n != 300 {
+	if n := got.MatchLength(prefixtest.Chain(9, 300)); n != 300 {
 		t.Errorf("decoded digest matches %d blocks, want 300", n)
 	}
 	again, _ := got.MarshalBinary()
@@ -171,7 +162,7 @@ func TestDecodeRejectsMalformedInput(t *testing.T) {
 func TestMergeIsTheUnion(t *testing.T) {
 	a := New("r", "a", 1, 1000, 0.01)
 	b := New("r", "b", 1, 1000, 0.01)
-	p, q := chain(1, 20), chain(2, 20)
+	p, q := prefixtest.Chain(1, 20), prefixtest.Chain(2, 20)
 	for _, h := range p {
 		a.Add(h)
 	}
@@ -195,7 +186,7 @@ func TestMergeIsTheUnion(t *testing.T) {
 
 func BenchmarkMatchLength800Blocks(b *testing.B) {
 	d := New("r", "", 1, 1_000_000, 0.01)
-	req := chain(1, 800)
+	req := prefixtest.Chain(1, 800)
 	for _, h := range req {
 		d.Add(h)
 	}

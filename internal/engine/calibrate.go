@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"skywalker/internal/profile"
+
 	"gonum.org/v1/gonum/stat"
 )
 
@@ -18,7 +20,7 @@ import (
 // arrives. The slope of the least-squares line of probe TTFT against the
 // prompt tokens in flight at its arrival is the answer, averaged over five
 // seeded runs. Deterministic.
-func FitQueueCost(p Profile) (time.Duration, error) {
+func FitQueueCost(p profile.Profile) (time.Duration, error) {
 	var sum time.Duration
 	const runs = 5
 	for seed := uint64(1); seed <= runs; seed++ {
@@ -31,7 +33,7 @@ func FitQueueCost(p Profile) (time.Duration, error) {
 	return sum / runs, nil
 }
 
-func fitQueueCost(p Profile, seed uint64) (time.Duration, error) {
+func fitQueueCost(p profile.Profile, seed uint64) (time.Duration, error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0xc0ffee))
 	const (
 		span      = 10 * time.Minute

@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"skywalker/internal/profile"
 )
 
 // Config sizes one engine. Zero fields take the profile's defaults.
 type Config struct {
-	Profile             Profile
+	Profile             profile.Profile
 	KVBlocks            int
 	BlockSize           int
 	MaxNumSeqs          int

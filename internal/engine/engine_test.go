@@ -6,12 +6,15 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"skywalker/internal/policy"
+	"skywalker/internal/profile"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func testProfile() Profile {
-	p, _ := LookupProfile("llama3-8b-a100")
+func testProfile() profile.Profile {
+	p, _ := profile.Lookup("llama3-8b-a100")
 	return p
 }
 
@@ -221,23 +224,23 @@ func TestDeterministic(t *testing.T) {
 }
 
 func TestProfiles(t *testing.T) {
-	for _, name := range ProfileNames() {
-		p, err := LookupProfile(name)
+	for _, name := range profile.Names() {
+		p, err := profile.Lookup(name)
 		if err != nil || p.Name != name || p.StepOverhead <= 0 || p.KVBlocks <= 0 {
 			t.Errorf("%s: %+v %v", name, p, err)
 		}
-		if pp := p.Prefill(); pp.Time(4096) <= pp.Time(1024) {
+		if pp := policy.PrefillOf(p); pp.Time(4096) <= pp.Time(1024) {
 			t.Errorf("%s: prefill estimate not increasing", name)
 		}
 	}
-	if _, err := LookupProfile("gpt-5-tpu"); err == nil {
+	if _, err := profile.Lookup("gpt-5-tpu"); err == nil {
 		t.Error("unknown profile must fail")
 	}
-	if p, _ := LookupProfile(""); p.Name != DefaultProfile {
+	if p, _ := profile.Lookup(""); p.Name != profile.Default {
 		t.Error("empty name gives the default")
 	}
 	// The L4 profile decodes one sequence at ~14 tok/s, as memory bandwidth allows.
-	l4, _ := LookupProfile("llama3-8b-l4")
+	l4, _ := profile.Lookup("llama3-8b-l4")
 	if itl := l4.StepTime(0, 1, 1000, 0); itl < 60*time.Millisecond || itl > 80*time.Millisecond {
 		t.Errorf("L4 batch-1 ITL %v, want ~70ms", itl)
 	}
@@ -292,8 +295,8 @@ func BenchmarkEngineStep(b *testing.B) {
 // c_queue) within 25% of what FitQueueCost measures on the model: change
 // the model, refit the constant.
 func TestQueueCostsAreTheFittedOnes(t *testing.T) {
-	for _, name := range ProfileNames() {
-		p, _ := LookupProfile(name)
+	for _, name := range profile.Names() {
+		p, _ := profile.Lookup(name)
 		fit, err := FitQueueCost(p)
 		if err != nil {
 			t.Fatal(err)
@@ -308,7 +311,7 @@ func TestQueueCostsAreTheFittedOnes(t *testing.T) {
 // compute exceeds reading the weights and KV, then compute-bound — never
 // the sum of the two.
 func TestDecodeIsARoofline(t *testing.T) {
-	p, _ := LookupProfile("llama3-8b-a100")
+	p, _ := profile.Lookup("llama3-8b-a100")
 	tests := []struct {
 		name       string
 		batch, ctx int
@@ -325,7 +328,7 @@ func TestDecodeIsARoofline(t *testing.T) {
 	}
 	// Anchor: Llama-3.1-8B on one H100 reaches ~12,500 output tok/s at high
 	// concurrency (vLLM V1); 256 sequences of 1k context here.
-	h, _ := LookupProfile("llama3-8b-h100")
+	h, _ := profile.Lookup("llama3-8b-h100")
 	if tps := 256 / h.StepTime(0, 256, 256*1024, 0).Seconds(); tps < 10_000 || tps > 15_000 {
 		t.Errorf("H100 decode at 256 × 1k: %.0f tok/s, published ~12,500", tps)
 	}

@@ -3,12 +3,13 @@ package mesh
 import (
 	"fmt"
 	"math/rand/v2"
-	"skywalker/internal/region"
 	"sync"
 	"testing"
 	"time"
 
 	"skywalker/internal/digest"
+	"skywalker/internal/region"
+	"skywalker/internal/testwait"
 )
 
 // BenchmarkGossip runs 3 regions × 3 proxies on loopback with emulated WAN
@@ -55,7 +56,7 @@ func BenchmarkGossip(b *testing.B) {
 			}
 			return true
 		}
-		waitFor(b, 30*time.Second, func() bool { return holdsAll(1) })
+		testwait.Eventually(b, 30*time.Second, "every node holds every digest", func() (bool, string) { return holdsAll(1), "a node lacks a digest" })
 		var initial int64
 		for _, n := range nodes {
 			initial += n.Stats().BytesSent
@@ -79,7 +80,7 @@ func BenchmarkGossip(b *testing.B) {
 				digests[i] = d
 				n.src.setDigest(d)
 			}
-			waitFor(b, 10*time.Second, func() bool { return holdsAll(round) })
+			testwait.Eventually(b, 30*time.Second, fmt.Sprint("every node holds round ", round), func() (bool, string) { return holdsAll(round), "a node lacks one" })
 			propagation = append(propagation, time.Since(changed))
 		}
 		elapsed := time.Since(start).Seconds()
@@ -116,14 +117,4 @@ func benchNode(b *testing.B, links *Links, reg, name string) *testNode {
 		b.Fatal(err)
 	}
 	return &testNode{Mesh: m, src: src}
-}
-
-func waitFor(b *testing.B, within time.Duration, cond func() bool) {
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.Fatal("condition not reached in time")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

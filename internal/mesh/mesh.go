@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -54,6 +55,9 @@ type Mesh struct {
 	asked     map[string]time.Time
 	budget    tokenBucket
 	round     int
+	probing   map[string]bool // regions whose probe is out
+	// ping is memberlist's Ping (tests replace it, under mu).
+	ping func(node string, addr net.Addr) (time.Duration, error)
 
 	bytesSent, bytesRecv atomic.Int64
 	started              time.Time
@@ -79,7 +83,7 @@ func New(cfg Config, src Source) (*Mesh, error) {
 	m := &Mesh{cfg: cfg, log: cfg.Logger.With("component", "mesh", "node", cfg.NodeID), src: src,
 		self:  Meta{Region: cfg.Region, Jurisdiction: cfg.Jurisdiction, APIAddr: cfg.APIAddr, Version: cfg.Version},
 		table: NewTable(cfg.Region, cfg.Control), members: map[string]memberlist.Node{}, sentGen: map[string]uint64{},
-		wanted: map[string]bool{}, toAsk: map[string]bool{}, asked: map[string]time.Time{},
+		wanted: map[string]bool{}, toAsk: map[string]bool{}, asked: map[string]time.Time{}, probing: map[string]bool{},
 		budget: tokenBucket{rate: float64(cfg.GossipBudget), burst: float64(cfg.GossipBudget) * 2 * cfg.Control.DigestInterval.Seconds()},
 		loads:  region.LoadPublisher{Interval: cfg.Control.LoadInterval}, stop: make(chan struct{}), started: time.Now()}
 	mc, err := cfg.memberlistConfig()
@@ -94,7 +98,7 @@ func New(cfg Config, src Source) (*Mesh, error) {
 	if err != nil {
 		return nil, fmt.Errorf("mesh: start memberlist: %w", err)
 	}
-	m.ml = ml
+	m.ml, m.ping = ml, ml.Ping
 	m.wg.Add(3)
 	go m.every(cfg.Control.LoadCheck, m.publishLoad)
 	go m.every(cfg.Control.DigestInterval, m.publishDigest)

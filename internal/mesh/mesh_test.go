@@ -3,7 +3,9 @@ package mesh
 import (
 	"bytes"
 	"encoding/base64"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -179,7 +181,14 @@ func TestRTTMatchesTheInjectedDelayAndGatesFollowIt(t *testing.T) {
 		p, ok := peer(us.Mesh, "eu-west")
 		return ok && p.GateOpen
 	})
-	time.Sleep(time.Second) // let the averages settle
+	// Let the averages settle: each link's estimate reaches most of its
+	// injected delay (a busy machine can only add to it).
+	for name, rtt := range map[string]time.Duration{"eu-west": 72 * time.Millisecond, "ap-east": 160 * time.Millisecond} {
+		eventually(t, fmt.Sprintf("the RTT estimate to %s reaches 80%% of %v", name, rtt), func() bool {
+			p, _ := peer(us.Mesh, name)
+			return p.RTT >= rtt*8/10
+		})
+	}
 	for _, want := range []struct {
 		region string
 		rtt    time.Duration
@@ -275,10 +284,9 @@ func TestSecurity(t *testing.T) {
 		if _, err := bad.Join([]string{good.Addr()}); err == nil || !strings.Contains(err.Error(), "another gossip key") {
 			t.Errorf("join with the wrong key: err = %v, want it to say the seed uses another gossip key", err)
 		}
-		time.Sleep(500 * time.Millisecond)
-		if len(good.Members()) != 1 || len(bad.Members()) != 1 {
-			t.Errorf("members %v / %v: a node with another key must not join", good.Members(), bad.Members())
-		}
+		testwait.Holds(t, 500*time.Millisecond, "a node with another key stays out", func() (bool, string) {
+			return len(good.Members()) == 1 && len(bad.Members()) == 1, fmt.Sprintf("members %v / %v", good.Members(), bad.Members())
+		})
 	})
 	t.Run("a mesh with another label is ignored", func(t *testing.T) {
 		alien := startNode(t, links, "eu-west", "alien", func(c *Config) { c.Label = "another-mesh" })
@@ -288,10 +296,9 @@ func TestSecurity(t *testing.T) {
 		if _, err := alien.Join([]string{"127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "unreachable") {
 			t.Errorf("join of a closed port: err = %v, want it called unreachable", err)
 		}
-		time.Sleep(500 * time.Millisecond)
-		if len(good.Members()) != 1 || len(alien.Members()) != 1 {
-			t.Errorf("members %v / %v: meshes with different labels must not merge", good.Members(), alien.Members())
-		}
+		testwait.Holds(t, 500*time.Millisecond, "meshes with different labels stay apart", func() (bool, string) {
+			return len(good.Members()) == 1 && len(alien.Members()) == 1, fmt.Sprintf("members %v / %v", good.Members(), alien.Members())
+		})
 	})
 	t.Run("keys rotate without losing members", func(t *testing.T) {
 		peerNode := startNode(t, links, "eu-west", "rotating", func(*Config) {})
@@ -315,10 +322,9 @@ func TestSecurity(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		time.Sleep(time.Second)
-		if len(good.Members()) != 2 {
-			t.Errorf("members after rotation: %v", good.Members())
-		}
+		testwait.Holds(t, time.Second, "both members stay through the rotation", func() (bool, string) {
+			return len(good.Members()) == 2, fmt.Sprintf("members %v", good.Members())
+		})
 	})
 }
 
@@ -408,7 +414,7 @@ func TestATightGossipBudgetCoalescesDigestChanges(t *testing.T) {
 			grow(d, 500)
 			d.Generation = gen
 			eu.src.setDigest(d)
-			for range 15 {
+			for range 15 { // pace the generations: ~7 KB of bits each digest interval
 				watch()
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -430,5 +436,41 @@ func TestATightGossipBudgetCoalescesDigestChanges(t *testing.T) {
 				map[bool]string{true: "several skipped", false: "nearly all"}[tt.coalesce])
 		}
 		t.Logf("budget %d B/s: %d bytes sent, %d of 10 generations seen", tt.budget, sent, len(seen)-1)
+	}
+}
+
+// A region whose probes hang (a lossy link waits out memberlist's
+// timeout) delays no other region's samples: regions are probed
+// concurrently, and the hung one is not probed again while its probe is
+// out. Probed one after another, ap-east would get no sample until
+// eu-west's probe returned.
+func TestALossyRegionDoesNotDelayTheOthersProbes(t *testing.T) {
+	nodes := cluster(t, threeRegions(), "us-east", "eu-west", "ap-east")
+	us := nodes[0]
+	eventually(t, "us-east sees both peers' nodes", func() bool { return len(us.Members()) == 3 })
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) }) // runs before the nodes shut down
+	var mu sync.Mutex
+	calls := map[string]int{}
+	us.mu.Lock()
+	real := us.ping
+	us.ping = func(node string, addr net.Addr) (time.Duration, error) {
+		region := node[:strings.LastIndex(node, "-")] // cluster names nodes region-i
+		mu.Lock()
+		calls[region]++
+		mu.Unlock()
+		if region == "eu-west" {
+			<-release // hung until the test ends
+			return 0, errors.New("timeout")
+		}
+		return real(node, addr)
+	}
+	us.mu.Unlock()
+	before := func(region string) int { mu.Lock(); defer mu.Unlock(); return calls[region] }
+	eventually(t, "eu-west's probe is out (hung)", func() bool { return before("eu-west") >= 1 })
+	base := before("ap-east")
+	eventually(t, "ap-east probed ten more times while eu-west's probe hangs", func() bool { return before("ap-east") >= base+10 })
+	if n := before("eu-west"); n != 1 {
+		t.Errorf("eu-west was probed %d times while its first probe was out, want once", n)
 	}
 }

@@ -2,27 +2,42 @@ package mesh
 
 import (
 	"net"
+	"slices"
 	"time"
 )
 
 // probe pings one live node of every peer region (called each
 // ProbeInterval), so every link has RTT and loss samples even when
-// memberlist's own random probes go elsewhere.
+// memberlist's own random probes go elsewhere. The regions are probed at
+// once, each in its own goroutine, as the simulator probes them: a lossy
+// region's probe waits out memberlist's timeout (3 s on the WAN preset)
+// without delaying any other region's samples or gate. A region whose
+// previous probe is still out is skipped this round.
 func (m *Mesh) probe() {
 	m.mu.Lock()
+	ping := m.ping
 	names := m.table.ProbeTargets()
 	targets := make([]probeTarget, 0, len(names))
 	for _, name := range names {
 		n, ok := m.members[name]
-		if !ok {
+		region := m.table.NodeRegion(name)
+		if !ok || m.probing[region] {
 			continue
 		}
-		targets = append(targets, probeTarget{name, m.table.NodeRegion(name), &net.UDPAddr{IP: n.Addr, Port: int(n.Port)}})
+		m.probing[region] = true
+		targets = append(targets, probeTarget{name, region, &net.UDPAddr{IP: slices.Clone(n.Addr), Port: int(n.Port)}})
 	}
 	m.mu.Unlock()
 	for _, t := range targets {
-		rtt, err := m.ml.Ping(t.name, t.addr)
-		m.observe(t.region, rtt, err == nil)
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			rtt, err := ping(t.name, t.addr)
+			m.mu.Lock()
+			delete(m.probing, t.region)
+			m.mu.Unlock()
+			m.observe(t.region, rtt, err == nil)
+		}()
 	}
 }
 

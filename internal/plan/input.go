@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"skywalker/internal/policy"
 	"skywalker/internal/sim"
 	"skywalker/internal/strictyaml"
 	"skywalker/internal/workload"
@@ -75,7 +76,7 @@ func typicalTTFT(cfg sim.Config, wl *sim.Workload) (objective, ttft time.Duratio
 	}
 	slices.Sort(prompts)
 	median := prompts[len(prompts)/2]
-	return cfg.SLO.For(median), cfg.Regions[0].Profile.Prefill().Time(median), nil
+	return cfg.SLO.For(median), policy.PrefillOf(cfg.Regions[0].Profile).Time(median), nil
 }
 
 // Demand files. CSV: a header naming region and hour columns and one of

@@ -10,6 +10,7 @@ import (
 	"skywalker/internal/digest"
 	"skywalker/internal/policy"
 	"skywalker/internal/prefix"
+	"skywalker/internal/prefix/prefixtest"
 	"skywalker/internal/request"
 )
 
@@ -19,17 +20,6 @@ const (
 	benchBlocks      = 800 // a 100k-token prompt in 128-token blocks
 	benchBlockTokens = 128
 )
-
-// benchChain is a prompt of n chained blocks rooted at root.
-func benchChain(root uint64, n int) []uint64 {
-	out := make([]uint64, n)
-	h := root
-	for i := range out {
-		h = h*0x9E3779B97F4A7C15 + uint64(i) + 1
-		out[i] = h
-	}
-	return out
-}
 
 // benchWorld is a region with 16 replicas and a prefix index of a million
 // (block, replica) entries, plus two peer regions whose digests hold a
@@ -50,9 +40,9 @@ func newBenchWorld() *benchWorld {
 		w.targets = append(w.targets, t)
 	}
 	for i := 0; w.index.Len() < benchEntries; i++ {
-		w.index.Insert(w.targets[i%benchReplicas], benchChain(uint64(i), benchBlocks), nil)
+		w.index.Insert(w.targets[i%benchReplicas], prefixtest.Chain(uint64(i), benchBlocks), nil)
 	}
-	blocks := benchChain(1<<40, benchBlocks)
+	blocks := prefixtest.Chain(1<<40, benchBlocks)
 	w.index.Insert(w.targets[3], blocks, nil)
 	rng := rand.New(rand.NewPCG(1, 1))
 	for _, region := range []string{"eu-west", "ap-east"} {
@@ -128,7 +118,7 @@ func BenchmarkRouteIndexMemory(b *testing.B) {
 			ts = append(ts, t)
 		}
 		for i := 0; x.Len() < benchEntries; i++ {
-			x.Insert(ts[i%benchReplicas], benchChain(uint64(i), benchBlocks), nil)
+			x.Insert(ts[i%benchReplicas], prefixtest.Chain(uint64(i), benchBlocks), nil)
 		}
 		runtime.GC()
 		runtime.ReadMemStats(&after)

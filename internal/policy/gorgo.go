@@ -8,7 +8,7 @@ import (
 
 // GorgoConfig are GORGO's per-token costs. Zero fields take the published
 // testbed's values (DefaultGorgoConfig); the simulator and the proxy set
-// them from the replicas' engine profile (engine.Profile.PrefillPerToken
+// them from the replicas' engine profile (profile.Profile.PrefillPerToken
 // and QueuePerToken, the latter fitted by engine.FitQueueCost).
 type GorgoConfig struct {
 	// PrefillPerToken is c_prefill: TTFT per uncached prompt token.

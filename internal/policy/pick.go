@@ -28,7 +28,7 @@ func (f peerFilter) forRequest(req *request.Request, v *View) peerFilter {
 // never goes further (one hop); residency and health always apply.
 func (f peerFilter) eligible(req *request.Request, p *PeerRegion) bool {
 	switch {
-	case req.Forwarded, !p.Healthy, p.Replicas <= 0, !req.AllowedIn(p.Jurisdiction):
+	case req.StaysHere(), !p.Healthy, p.Replicas <= 0, !req.AllowedIn(p.Jurisdiction):
 		return false
 	case f.maxDataAge > 0 && p.DataAge > f.maxDataAge:
 		return false
@@ -102,7 +102,7 @@ func pickByPrefix(rs []Replica, margin int, onlyRoom bool) (int, Reason) {
 func loadMargin(margin, least int) int { return max(margin, least/4) }
 
 // serveLocally is the decision for a request that must stay in the region
-// (forwarded in, or a policy that never forwards): the pick of pickByPrefix
+// (forwarded in, its forward failed, or a policy that never forwards): the pick of pickByPrefix
 // among replicas with room, or Hold; Reject if residency forbids the region.
 func serveLocally(req *request.Request, v *View, margin int, reason Reason) Decision {
 	if !req.AllowedIn(v.Local.Jurisdiction) {
@@ -119,6 +119,15 @@ func serveLocally(req *request.Request, v *View, margin int, reason Reason) Deci
 		reason = why
 	}
 	return Decision{Action: Dispatch, Replica: i, Region: v.Local.Name, Reason: reason}
+}
+
+// forwardedReason is the reason a request that stays here is served
+// with: forwarded-in for one a peer sent, else "" (the pick's own).
+func forwardedReason(req *request.Request) Reason {
+	if req.Forwarded {
+		return ReasonForwarded
+	}
+	return ""
 }
 
 // dispatchOrHold dispatches to replica i, or holds when i < 0 (no healthy

@@ -301,7 +301,7 @@ type PrefixMatcher interface {
 // drivers build the view through it. Callers pass no digest at all when
 // they have none: a nil *digest.Digest is not a nil PrefixMatcher.
 func (p *PeerRegion) MatchPrefix(req *request.Request, digest PrefixMatcher) {
-	if digest != nil && p.Healthy && !req.Forwarded && req.AllowedIn(p.Jurisdiction) {
+	if digest != nil && p.Healthy && !req.StaysHere() && req.AllowedIn(p.Jurisdiction) {
 		p.PrefixBlocks = digest.MatchLength(req.Blocks)
 	}
 }

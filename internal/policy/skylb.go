@@ -32,8 +32,8 @@ func (s *SkyLB) Name() string { return "skylb" }
 
 // Route implements Policy.
 func (s *SkyLB) Route(req *request.Request, v *View) Decision {
-	if req.Forwarded {
-		return serveLocally(req, v, s.loadMargin, ReasonForwarded)
+	if req.StaysHere() {
+		return serveLocally(req, v, s.loadMargin, forwardedReason(req))
 	}
 	allowed := req.AllowedIn(v.Local.Jurisdiction)
 	if allowed {

@@ -95,7 +95,8 @@ func DefaultSkywalkerConfig() SkywalkerConfig {
 // cache counts only for a match of at least MinRemotePrefixTokens.
 //
 // A request forwarded in is placed by the same in-region rule as a local
-// one (pickReplica) and never forwarded again.
+// one (pickReplica) and never forwarded again; so is one whose forward
+// failed (request.ServeHere), with the local rule's reason.
 //
 // Inside the region the request goes to the replica holding the longest
 // prefix unless that replica's load exceeds the least-loaded one's by more
@@ -131,9 +132,9 @@ func (s *Skywalker) Name() string { return s.name }
 
 // Route implements Policy.
 func (s *Skywalker) Route(req *request.Request, v *View) Decision {
-	if req.Forwarded {
+	if req.StaysHere() {
 		d := s.routeLocally(req, v)
-		if d.Action == Dispatch {
+		if d.Action == Dispatch && req.Forwarded {
 			d.Reason = ReasonForwarded
 		}
 		return d
@@ -402,7 +403,7 @@ func (s *Skywalker) congestion(load float64) time.Duration {
 // anyPeerMayServe reports whether some peer in the view could ever serve
 // req, however busy or unreachable now: only then is holding worthwhile.
 func anyPeerMayServe(req *request.Request, v *View) bool {
-	if req.Forwarded {
+	if req.StaysHere() {
 		return false
 	}
 	for i := range v.Peers {

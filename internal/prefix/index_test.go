@@ -4,29 +4,19 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"testing"
-)
 
-// chain returns n chained block ids starting from root: requests that share
-// a root and a length share every block, as chained hashes do.
-func chain(root uint64, n int) []uint64 {
-	out := make([]uint64, n)
-	h := root
-	for i := range out {
-		h = h*0x9E3779B97F4A7C15 + uint64(i) + 1
-		out[i] = h
-	}
-	return out
-}
+	"skywalker/internal/prefix/prefixtest"
+)
 
 func TestMatchFindsTheLongestPrefixPerTarget(t *testing.T) {
 	x := New(16)
 	a, _ := x.AddTarget("a", 1<<20)
 	b, _ := x.AddTarget("b", 1<<20)
 	c, _ := x.AddTarget("c", 1<<20)
-	req := chain(1, 10)
+	req := prefixtest.Chain(1, 10)
 	x.Insert(a, req[:10], nil)
 	x.Insert(b, req[:3], nil)
-	x.Insert(c, chain(2, 5), nil) // an unrelated prompt
+	x.Insert(c, prefixtest.Chain(2, 5), nil) // an unrelated prompt
 
 	matched := make([]int, MaxTargets)
 	longest := x.Match(req, matched)
@@ -42,7 +32,7 @@ func TestMatchFindsTheLongestPrefixPerTarget(t *testing.T) {
 	if longest != 10 {
 		t.Errorf("longest = %d, want 10", longest)
 	}
-	if got := x.Match(chain(3, 4), matched); got != 0 || matched[a] != 0 {
+	if got := x.Match(prefixtest.Chain(3, 4), matched); got != 0 || matched[a] != 0 {
 		t.Errorf("an unseen prompt matched %d", got)
 	}
 }
@@ -50,9 +40,9 @@ func TestMatchFindsTheLongestPrefixPerTarget(t *testing.T) {
 func TestCapacityEvictsLeastRecentlyUsedLeavesFirst(t *testing.T) {
 	x := New(10)
 	a, _ := x.AddTarget("a", 50) // 5 blocks
-	old := chain(1, 4)
+	old := prefixtest.Chain(1, 4)
 	x.Insert(a, old, nil)
-	fresh := chain(2, 3)
+	fresh := prefixtest.Chain(2, 3)
 	x.Insert(a, fresh, nil)
 	if x.TargetLen(a) != 5 {
 		t.Fatalf("target holds %d blocks, want its capacity of 5", x.TargetLen(a))
@@ -72,11 +62,11 @@ func TestCapacityEvictsLeastRecentlyUsedLeavesFirst(t *testing.T) {
 func TestTouchingAPrefixProtectsItFromEviction(t *testing.T) {
 	x := New(1)
 	a, _ := x.AddTarget("a", 6)
-	p1, p2 := chain(1, 3), chain(2, 3)
+	p1, p2 := prefixtest.Chain(1, 3), prefixtest.Chain(2, 3)
 	x.Insert(a, p1, nil)
 	x.Insert(a, p2, nil)
 	x.Insert(a, p1, nil) // p1 used again: now more recent than p2
-	x.Insert(a, chain(3, 1), nil)
+	x.Insert(a, prefixtest.Chain(3, 1), nil)
 	matched := make([]int, MaxTargets)
 	x.Match(p1, matched)
 	if matched[a] != 3 {
@@ -92,7 +82,7 @@ func TestForgetAndRemoveTarget(t *testing.T) {
 	x := New(1)
 	a, _ := x.AddTarget("a", 100)
 	b, _ := x.AddTarget("b", 100)
-	p := chain(1, 5)
+	p := prefixtest.Chain(1, 5)
 	x.Insert(a, p, nil)
 	x.Insert(b, p, nil)
 	x.Forget(a)
@@ -126,7 +116,7 @@ func TestAddTargetFailsPastMaxTargets(t *testing.T) {
 func TestSetCapacityShrinks(t *testing.T) {
 	x := New(1)
 	a, _ := x.AddTarget("a", 10)
-	x.Insert(a, chain(1, 10), nil)
+	x.Insert(a, prefixtest.Chain(1, 10), nil)
 	x.SetCapacity(a, 4)
 	if x.TargetLen(a) != 4 {
 		t.Errorf("after shrinking to 4: %d blocks", x.TargetLen(a))
@@ -145,7 +135,7 @@ func TestMatchAgreesWithALinearScan(t *testing.T) {
 	}
 	// A small forest of prompts: each prompt is a root plus a length, and
 	// prompts with the same root share prefixes.
-	prompt := func() []uint64 { return chain(uint64(rng.IntN(12)), 1+rng.IntN(60)) }
+	prompt := func() []uint64 { return prefixtest.Chain(uint64(rng.IntN(12)), 1+rng.IntN(60)) }
 	matched := make([]int, MaxTargets)
 	for step := range 5000 {
 		tg := targets[rng.IntN(len(targets))]
@@ -206,7 +196,7 @@ func populated(n, entries int) (*Index, []uint64) {
 	}
 	var last []uint64
 	for i := 0; x.Len() < entries; i++ {
-		last = chain(uint64(i), 800)
+		last = prefixtest.Chain(uint64(i), 800)
 		x.Insert(ts[i%n], last, nil)
 		x.Insert(ts[(i+1)%n], last[:200], nil)
 	}
@@ -219,7 +209,7 @@ func TestInsertReportsBlocksNewToTheIndex(t *testing.T) {
 	b, _ := x.AddTarget("b", 100)
 	var added []uint64
 	record := func(h uint64) { added = append(added, h) }
-	p := chain(1, 4)
+	p := prefixtest.Chain(1, 4)
 	x.Insert(a, p[:2], record)
 	x.Insert(b, p, record) // p[0], p[1] already held by a
 	if len(added) != 4 {

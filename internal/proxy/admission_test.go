@@ -30,16 +30,19 @@ func TestEveryRefusalAndShedIsCountedAndLoggedOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	outcome := func(id string, class request.Class, tenant string, code apierr.Code) region.Delivery {
+	outcome := func(id string, class request.Class, tenant string, code apierr.Code) *region.Attempt {
 		o := balancer.Outcome{Request: &request.Request{ID: id, Class: class, Tenant: tenant}}
 		if code != "" {
 			o.Err = &apierr.Error{Code: code, Message: "why"}
 		}
-		return region.Delivery{Outcome: o}
+		return &region.Attempt{Outcome: o, Number: 1}
 	}
 	s.observe(outcome("a", request.Standard, "team-a", apierr.Overloaded))
 	s.observe(outcome("b", request.Sheddable, "team-a", apierr.Shed))
 	s.observe(outcome("c", request.Critical, "team-b", ""))
+	retried := outcome("c", request.Critical, "team-b", "")
+	retried.Number = 2
+	s.observe(retried) // its retry is not admitted again
 	s.observe(outcome("d", request.Standard, "", apierr.QueueTimeout))
 	if n := strings.Count(logs.String(), "msg="); n != 2 {
 		t.Errorf("%d log lines, want one for the refusal and one for the shed:\n%s", n, logs.String())

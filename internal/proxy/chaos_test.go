@@ -13,6 +13,7 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/profile"
 	"skywalker/internal/testwait"
 )
 
@@ -28,7 +29,7 @@ import (
 // connection it holds, as SIGKILL would.
 func simEngine(t *testing.T, faults server.Faults) (url string, kill func()) {
 	t.Helper()
-	p, err := engine.LookupProfile("llama3-8b-a100")
+	p, err := profile.Lookup("llama3-8b-a100")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,14 +177,36 @@ func TestChaos(t *testing.T) {
 			row(fmt.Sprintf("20%% of streams stall after 5 tokens (1 s stall timeout), failover %v", failover), burst(p.addr, 40, 30))
 		})
 		t.Run(fmt.Sprintf("an engine is killed mid-stream, failover %v", failover), func(t *testing.T) {
-			victim, kill := simEngine(t, server.Faults{})
-			other, _ := simEngine(t, server.Faults{})
-			p := startSolo(t, []string{victim, other}, func(c *Config) { c.MidStreamFailover = failover })
+			first, killFirst := simEngine(t, server.Faults{})
+			second, killSecond := simEngine(t, server.Faults{})
+			p := startSolo(t, []string{first, second}, func(c *Config) { c.MidStreamFailover = failover })
 			done := make(chan *tally)
 			go func() { done <- burst(p.addr, 30, 150) }()
-			time.Sleep(300 * time.Millisecond) // streams are under way
+			// Kill an engine only once streams are under way there (the
+			// one prefix affinity chose): a kill after the burst, or of an
+			// idle engine, would test nothing.
+			var kill func()
+			testwait.Eventually(t, 30*time.Second, "streams in flight at an engine", func() (bool, string) {
+				for i := range 2 {
+					if r := p.replica(i); r.InFlight >= 3 {
+						kill = killSecond
+						if strings.Contains(first, r.Name) {
+							kill = killFirst
+						}
+						return true, ""
+					}
+				}
+				return false, "fewer than 3 requests in flight at either engine"
+			})
 			kill()
-			row(fmt.Sprintf("1 of 2 engines killed mid-stream, failover %v", failover), <-done)
+			tl := <-done
+			row(fmt.Sprintf("1 of 2 engines killed mid-stream, failover %v", failover), tl)
+			// Without failover, the three or more requests in flight at the
+			// engine when it died cannot all have been served (each ends
+			// with an error event, or a status if it had not streamed).
+			if !failover && tl.counts[served] > 30-3 {
+				t.Errorf("the kill hit no request: %s", tl)
+			}
 		})
 	}
 

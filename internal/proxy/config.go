@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"skywalker/internal/balancer"
-	"skywalker/internal/engine"
 	"skywalker/internal/httpserve"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
+	"skywalker/internal/profile"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 	"skywalker/internal/strictyaml"
@@ -209,7 +209,7 @@ func DefaultConfig() Config {
 	cp := region.DefaultControlPlane()
 	bal := balancer.DefaultConfig()
 	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: cp.MaxWANRTT, ClusterLabel: "skywalker",
-		MeshPreset: "wan", GossipBudget: mesh.DefaultGossipBudget, Policy: "skywalker", Profile: engine.DefaultProfile, MaxInFlight: region.DefaultMaxInFlight,
+		MeshPreset: "wan", GossipBudget: mesh.DefaultGossipBudget, Policy: "skywalker", Profile: profile.Default, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
 		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, BodyBudget: 512 << 20, StallTimeout: 30 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
@@ -250,9 +250,9 @@ func (c *Config) Objectives() [request.NumClasses]request.SLO {
 // RegionConfig is the region core's configuration (the profile must be
 // valid: Validate checks it).
 func (c *Config) RegionConfig() region.Config {
-	prof, _ := engine.LookupProfile(c.Profile)
+	prof, _ := profile.Lookup(c.Profile)
 	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight,
-		Prefill: prof.Prefill(), DecodeStep: prof.DecodeStep(), EjectAfter: c.EjectAfter, DefaultReplicaTokens: c.ReplicaCacheTokens,
+		Prefill: policy.PrefillOf(prof), DecodeStep: prof.DecodeStep(), EjectAfter: c.EjectAfter, Retries: c.Retries, DefaultReplicaTokens: c.ReplicaCacheTokens,
 		BlockTokens: max(request.DefaultBlockBytes/max(c.BytesPerToken, 1), 1), Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait,
 			Objectives: c.Objectives(), FIFO: !c.FairQueuing, TenantMaxHeld: c.TenantMaxHeld}}
 }
@@ -268,8 +268,8 @@ func (c *Config) ControlPlane() region.ControlPlane {
 // PolicyConfig is every policy's configuration with this proxy's WAN
 // threshold and its replicas' engine profile.
 func (c *Config) PolicyConfig() policy.Config {
-	prof, _ := engine.LookupProfile(c.Profile)
-	return prof.PolicyConfig(c.MaxWANRTT)
+	prof, _ := profile.Lookup(c.Profile)
+	return policy.ConfigFor(prof, c.MaxWANRTT)
 }
 
 const maxConfigBytes = 1 << 20
@@ -518,7 +518,7 @@ func (c *Config) Validate() error {
 	if _, err := policy.New(c.Policy, policy.DefaultConfig()); err != nil {
 		bad("policy (SKYWALKER_POLICY)", "%v", err)
 	}
-	if _, err := engine.LookupProfile(c.Profile); err != nil {
+	if _, err := profile.Lookup(c.Profile); err != nil {
 		bad("profile (SKYWALKER_PROFILE)", "%v", err)
 	}
 	switch c.MeshPreset {

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,12 +9,15 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"math"
 	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"skywalker/internal/region"
 )
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
@@ -174,6 +178,20 @@ vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="2000"} 1
 	if m, err := parseEngineMetrics(strings.NewReader(sglang)); err != nil || m.Waiting != 2 || m.Running != 5 || m.KVUsage != 0.25 {
 		t.Errorf("sglang: %+v %v", m, err)
 	}
+	// A data-parallel server: two engines, each 48% full, one with two
+	// waiting. The replica is 48% full (summed it looked 96%, and was
+	// held), a new request waits behind the shorter queue, and all 29 it
+	// holds count.
+	page, err := os.ReadFile("testdata/vllm-dp2-metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err = parseEngineMetrics(bytes.NewReader(page))
+	if want := (region.Metrics{Known: true, Waiting: 0, Running: 29, KVUsage: 0.48, KVBlocks: 2 * 27306, BlockSize: 16}); err != nil ||
+		math.Abs(m.KVUsage-want.KVUsage) > 1e-9 || m.Waiting != want.Waiting || m.Running != want.Running || m.KVBlocks != want.KVBlocks ||
+		m.BlockSize != want.BlockSize || !m.Known {
+		t.Errorf("two data-parallel engines: %+v %v; want %+v", m, err, want)
+	}
 	if m, err := parseEngineMetrics(strings.NewReader("process_cpu_seconds_total 3\n")); err != nil || m.Known {
 		t.Errorf("a bare server: %+v %v; want unknown, no error", m, err)
 	}
@@ -195,8 +213,15 @@ func FuzzConfigYAML(f *testing.F) {
 
 func FuzzEngineMetrics(f *testing.F) {
 	f.Add([]byte("vllm:num_requests_waiting{engine=\"0\"} 3\n"))
+	f.Add([]byte("vllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc{engine=\"1\"} NaN\nvllm:num_requests_running 1e300\n"))
+	if page, err := os.ReadFile("testdata/vllm-dp2-metrics.txt"); err == nil {
+		f.Add(page)
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = parseEngineMetrics(strings.NewReader(string(data)))
+		m, err := parseEngineMetrics(strings.NewReader(string(data)))
+		if err == nil && (m.KVUsage < 0 || m.KVUsage > 1 || m.Waiting < 0 || m.Running < 0 || math.IsNaN(m.KVUsage)) {
+			t.Errorf("out-of-range metrics from %q: %+v", data, m)
+		}
 	})
 }
 

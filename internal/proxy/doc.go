@@ -1,14 +1,21 @@
 // Package proxy is `skywalker serve`: the regional proxy in front of one
 // region's vLLM/SGLang replicas. It parses every OpenAI request
-// (internal/request), builds a routing view from its replica pool and the
-// mesh (internal/mesh), lets the decision core decide (internal/policy
-// through internal/balancer), and then holds the request, streams it to a
-// local replica, or forwards it once to the chosen region's proxy.
+// (internal/request), hands it to the region core (internal/region: the
+// balancer, the policy, the prefix index), which decides, and then holds
+// the request, streams it to a local replica, or forwards it once to the
+// chosen region's proxy. A request's life — each attempt's first byte,
+// cached tokens and end, the retry — goes through the core's
+// region.Attempt; this package keeps only HTTP, the lock and the waiting
+// handlers.
 //
-// Files by responsibility: config.go (flags/env/YAML), pool.go (replicas,
-// scraping, health, ejection), scrape.go (vLLM/SGLang metric names),
-// router.go (the balancer and its view: where a request is routed),
-// handler.go (HTTP endpoints), upstream.go (streaming to replicas and
-// peers, retries), forward.go (the authenticated one-hop marker),
+// Files by responsibility: config.go (flags, env, YAML, validation),
+// server.go (listeners, endpoints' wiring, drain), handler.go (parsing and
+// accounting each client request), router.go (the lock around the region
+// core: where a request is routed, and its attempts ended), relay.go (the
+// ReverseProxy: each attempt sent, retried before the first byte),
+// watch.go (the body that reaches the client, to its end), failover.go
+// (mid-stream failover), forward.go (the authenticated one-hop marker),
+// tls.go (peer TLS), pool.go (replicas: scraping, health checks, models),
+// scrape.go (vLLM/SGLang metrics, data-parallel engines combined),
 // demand.go (per-hour demand for the planner), metrics.go (Prometheus).
 package proxy

@@ -15,6 +15,7 @@ import (
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
 	"skywalker/internal/node/nodetest"
+	"skywalker/internal/profile"
 )
 
 // syncBuffer is a log sink safe for the cluster's goroutines.
@@ -43,7 +44,7 @@ func (s *syncBuffer) String() string {
 // than piled into the engines; and each replica is warned about once.
 func TestEnginesWithoutMetricsAreHeldAndForwardedWithTheDefaults(t *testing.T) {
 	var logs syncBuffer
-	p, _ := engine.LookupProfile("llama3-8b-a100")
+	p, _ := profile.Lookup("llama3-8b-a100")
 	c := nodetest.Start(t, nodetest.Options{EnginesPerRegion: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Engine: server.Config{Model: "m", MetricsStyle: "none", TimeScale: 1, Engine: engine.Config{Profile: p, MaxNumSeqs: 1}}})
 	us := c.Region("us-east")

@@ -158,15 +158,23 @@ func continuation(body []byte, text string, generated int) ([]byte, error) {
 
 // continueElsewhere re-issues a chat stream that broke midway to another
 // target and switches the client's stream to it. The broken attempt is
-// ended as failed (the passive rule counts it).
+// ended as failed (the passive rule counts it), and the core routes the
+// request again within its retry bound (region.Attempt.Continue).
 func (x *exchange) continueElsewhere(events *alignedEvents) error {
-	x.endAttempt(region.ReplicaFailed)
-	x.endContext()
 	body, err := continuation(x.body, events.text.String(), events.tokens)
 	if err != nil {
+		x.endAttempt(region.BrokeMidStream)
+		x.endContext()
 		return fmt.Errorf("continuation body: %w", err)
 	}
-	resp, err := x.attempt(body)
+	o := x.target
+	x.target = routed{}
+	x.endContext()
+	next, n, err := x.s.router.Continue(x.out.Context(), o.Attempt)
+	if err == nil && n.Err != nil {
+		err = n.Err
+	}
+	resp, err := x.attempt(body, next, err)
 	if err != nil {
 		return err
 	}

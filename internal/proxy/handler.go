@@ -250,7 +250,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind
 // counted it), or cancelled (the client left first; the upstream request,
 // and a forwarded one at the peer, was closed with it).
 func (s *Server) account(x *exchange) {
-	if x.target.replica != nil || x.target.Peer != nil {
+	if x.target.Attempt != nil {
 		x.endAttempt(region.Released) // the response never reached its body
 	}
 	if !x.firstByte.IsZero() {
@@ -344,18 +344,18 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 // debug serves /debug/skywalker: the current view, gates, RTTs, queue and
 // recent decisions.
 func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
-	r := s.router
-	r.mu.Lock()
+	snap := s.router.snapshot()
 	type replicaView struct {
-		Name     string  `json:"name"`
-		URL      string  `json:"url"`
-		Healthy  bool    `json:"healthy"`
-		InFlight int     `json:"in_flight"`
-		Waiting  int     `json:"waiting"`
-		Running  int     `json:"running"`
-		KVUsage  float64 `json:"kv_usage"`
-		Metrics  bool    `json:"engine_metrics"`
-		Blocks   int     `json:"indexed_blocks"`
+		Name        string  `json:"name"`
+		URL         string  `json:"url"`
+		Healthy     bool    `json:"healthy"`
+		InFlight    int     `json:"in_flight"`
+		DispatchCap int     `json:"dispatch_cap"`
+		Waiting     int     `json:"waiting"`
+		Running     int     `json:"running"`
+		KVUsage     float64 `json:"kv_usage"`
+		Metrics     bool    `json:"engine_metrics"`
+		Blocks      int     `json:"indexed_blocks"`
 	}
 	type peerView struct {
 		Region   string  `json:"region"`
@@ -377,23 +377,19 @@ func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 		Peers     []peerView    `json:"peers"`
 		Queue     any           `json:"queue"`
 		Decisions []Decision    `json:"recent_decisions"`
-	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: r.core.Policy().Name(), Queue: r.core.Held(r.now())}
-	for _, rp := range r.replicas {
-		h, m := rp.handle, rp.handle.Metrics()
-		out.Replicas = append(out.Replicas, replicaView{Name: h.Name(), URL: rp.url.String(), Healthy: h.Healthy(), InFlight: h.InFlight(),
-			Waiting: m.Waiting, Running: m.Running, KVUsage: m.KVUsage, Metrics: m.Known, Blocks: r.core.IndexedBlocks(h)})
+	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: snap.policy, Queue: snap.held, Decisions: snap.recent}
+	for i, h := range snap.states {
+		m, url := h.metrics, ""
+		if i < len(snap.replicas) && snap.replicas[i].url != nil {
+			url = snap.replicas[i].url.String()
+		}
+		out.Replicas = append(out.Replicas, replicaView{Name: h.name, URL: url, Healthy: h.healthy, InFlight: h.inFlight,
+			DispatchCap: h.dispatchCap, Waiting: m.Waiting, Running: m.Running, KVUsage: m.KVUsage, Metrics: m.Known, Blocks: h.indexedBlocks})
 	}
-	for _, p := range r.core.Peers() {
+	for _, p := range snap.peers {
 		out.Peers = append(out.Peers, peerView{Region: p.Region, Healthy: p.Healthy, Nodes: p.Nodes, RTTMs: float64(p.RTT) / 1e6,
 			Loss: p.Loss, GateOpen: p.GateOpen, Gate: p.Gate, AgeMs: float64(p.DataAge) / 1e6, Queued: p.Load.Queued, Replicas: p.Load.Replicas})
 	}
-	for i := range len(r.recent) {
-		d := r.recent[(r.recentNext+i)%len(r.recent)]
-		if d.ID != "" {
-			out.Decisions = append(out.Decisions, d)
-		}
-	}
-	r.mu.Unlock()
 	writeJSON(w, 200, out)
 }
 

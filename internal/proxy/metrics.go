@@ -5,8 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"skywalker/internal/request"
 )
 
 // metrics are the proxy's Prometheus series, namespace skywalker_.
@@ -124,28 +122,24 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	d := c.descs()
-	r := c.r
-	r.mu.Lock()
-	ch <- prometheus.MustNewConstMetric(d[0], prometheus.GaugeValue, float64(r.core.Queued()))
-	for _, h := range r.core.Replicas() {
-		ch <- prometheus.MustNewConstMetric(d[1], prometheus.GaugeValue, b2f(h.Healthy()), h.Name())
-		ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(h.InFlight()), h.Name())
-		ch <- prometheus.MustNewConstMetric(d[8], prometheus.GaugeValue, float64(r.core.DispatchCap(h)), h.Name())
-		ch <- prometheus.MustNewConstMetric(d[9], prometheus.GaugeValue, float64(r.core.BelievedCacheTokens(h)), h.Name())
-		tr := r.core.Truth(h)
-		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(tr.Predicted), h.Name(), "predicted")
-		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(tr.Actual), h.Name(), "reported")
+	snap := c.r.snapshot()
+	ch <- prometheus.MustNewConstMetric(d[0], prometheus.GaugeValue, float64(snap.queued))
+	for _, h := range snap.states {
+		ch <- prometheus.MustNewConstMetric(d[1], prometheus.GaugeValue, b2f(h.healthy), h.name)
+		ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(h.inFlight), h.name)
+		ch <- prometheus.MustNewConstMetric(d[8], prometheus.GaugeValue, float64(h.dispatchCap), h.name)
+		ch <- prometheus.MustNewConstMetric(d[9], prometheus.GaugeValue, float64(h.cacheTokens), h.name)
+		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(h.truth.Predicted), h.name, "predicted")
+		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(h.truth.Actual), h.name, "reported")
 	}
-	peers := r.core.Peers()
 	queued := map[[2]string]int{}
-	r.core.HeldBy(func(class request.Class, tenant string, n int) {
-		queued[[2]string{class.String(), c.tenants.label(tenant)}] += n
-	})
-	r.mu.Unlock()
+	for k, n := range snap.heldBy {
+		queued[[2]string{k.class.String(), c.tenants.label(k.tenant)}] += n
+	}
 	for k, n := range queued {
 		ch <- prometheus.MustNewConstMetric(d[7], prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
-	for _, p := range peers {
+	for _, p := range snap.peers {
 		ch <- prometheus.MustNewConstMetric(d[3], prometheus.GaugeValue, p.RTT.Seconds(), p.Region)
 		ch <- prometheus.MustNewConstMetric(d[4], prometheus.GaugeValue, b2f(p.GateOpen), p.Region, p.Gate)
 		ch <- prometheus.MustNewConstMetric(d[5], prometheus.GaugeValue, p.DataAge.Seconds(), p.Region)

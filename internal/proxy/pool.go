@@ -112,11 +112,7 @@ func (p *poolLoops) resolve(ctx context.Context, name string) {
 	}
 }
 
-func (p *poolLoops) snapshot() []*replica {
-	p.r.mu.Lock()
-	defer p.r.mu.Unlock()
-	return slices.Clone(p.r.replicas)
-}
+func (p *poolLoops) snapshot() []*replica { return p.r.snapshot().replicas }
 
 func (p *poolLoops) get(ctx context.Context, rp *replica, path string, timeout time.Duration) (*http.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -185,18 +181,12 @@ type scrapeState struct {
 	warned  bool
 }
 
-func (p *poolLoops) scrapeDue(rp *replica) time.Time {
-	p.r.mu.Lock()
-	defer p.r.mu.Unlock()
-	return rp.scrape.next
-}
+func (p *poolLoops) scrapeDue(rp *replica) time.Time { return rp.scrape.next }
 
 // scraped schedules the replica's next scrape and logs the change into
 // and out of metric-less balancing, once each way. A replica that is
 // down (no answer at all) is not metric-less: health checks deal with it.
 func (p *poolLoops) scraped(rp *replica, at time.Time, status int, err error, known bool) {
-	p.r.mu.Lock()
-	defer p.r.mu.Unlock()
 	st := &rp.scrape
 	switch {
 	case known:
@@ -257,9 +247,7 @@ func (p *poolLoops) modelsAll(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		p.r.mu.Lock()
-		rp.models = cards
-		p.r.mu.Unlock()
+		rp.models.Store(&cards)
 	}
 }
 
@@ -283,30 +271,6 @@ func parseModels(r io.Reader) ([]modelCard, error) {
 		cards = append(cards, modelCard{ID: m.ID, Raw: raw})
 	}
 	return cards, nil
-}
-
-// modelCards returns the union of the replicas' model cards, one per id
-// (the first replica's, in pool order), sorted by id, and whether any
-// replica reported its models yet.
-func (r *Router) modelCards() ([]modelCard, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	seen := map[string]bool{}
-	known := false
-	var out []modelCard
-	for _, rp := range r.replicas {
-		if rp.models != nil {
-			known = true
-		}
-		for _, m := range rp.models {
-			if !seen[m.ID] {
-				seen[m.ID] = true
-				out = append(out, m)
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b modelCard) int { return strings.Compare(a.ID, b.ID) })
-	return out, known
 }
 
 // models returns the ids of modelCards.

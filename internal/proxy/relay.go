@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -27,7 +26,9 @@ import (
 // its body, ErrorHandler answers what could not be served with an
 // OpenAI-style error, and FlushInterval -1 flushes every SSE chunk at once.
 // ReverseProxy drops hop-by-hop headers, including those named in
-// Connection, both ways.
+// Connection, both ways. This file is the attempt loop (route, send, retry
+// before the first byte); watch.go watches the body that reaches the
+// client.
 
 // exchange is one client request on its way through the relay.
 type exchange struct {
@@ -37,9 +38,8 @@ type exchange struct {
 	body []byte
 	in   *http.Request // the client's request
 
-	attempts int // routing attempts made
-	target   routed
-	start    time.Time // when the current attempt was sent
+	target routed
+	start  time.Time // when the current attempt was sent
 	// What the client saw.
 	servedBy  string // the region whose answer reached the client
 	firstByte time.Time
@@ -135,7 +135,8 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 		return nil, errors.New("relay: request without an exchange")
 	}
 	x.out = out
-	resp, err := x.attempt(x.body)
+	o, err := x.s.router.Route(out.Context(), x.req)
+	resp, err := x.attempt(x.body, o, err)
 	if err != nil {
 		return nil, err
 	}
@@ -143,17 +144,17 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 	return resp, nil
 }
 
-// attempt routes the request and sends body to the target until one
-// answers with its first byte, retrying elsewhere at most Retries times in
-// all; the response returned is the current attempt (x.target, x.attempt).
-func (x *exchange) attempt(body []byte) (*http.Response, error) {
+// attempt sends body to the routed target o (err: routing failed) and,
+// while it fails before its first byte, ends it as failed and takes the
+// next attempt the core routes (region.Attempt.End applies the retry
+// bound, and serves a failed forward here), until one answers with its
+// first byte; the response returned is the current attempt (x.target).
+func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, error) {
 	ctx := x.out.Context()
 	for {
-		o, err := x.s.router.Route(ctx, x.req)
 		if err != nil {
 			return nil, err // a rejection (*apierr.Error) or the client left
 		}
-		x.attempts++
 		x.target = o
 		x.s.metrics.queueWait.Observe(o.Waited.Seconds())
 		if o.replica != nil && x.req.PromptTokens > 0 {
@@ -166,11 +167,11 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 		stopExpire := context.AfterFunc(x.s.expiring, func() { cancel(errDrained) })
 		timeout := x.firstByteTimeout(o)
 		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
-		resp, err := x.send(actx, o, body)
-		if err == nil && resp.StatusCode < 500 {
+		resp, sendErr := x.send(actx, o, body)
+		if sendErr == nil && resp.StatusCode < 500 {
 			// Nothing reaches the client before the upstream's first body
 			// byte: until then a failure is retried elsewhere.
-			if err = awaitFirstByte(resp); err == nil && timer.Stop() {
+			if sendErr = awaitFirstByte(resp); sendErr == nil && timer.Stop() {
 				x.attemptCtx, x.cancel, x.stopExpire = actx, cancel, stopExpire
 				return resp, nil
 			}
@@ -181,31 +182,31 @@ func (x *exchange) attempt(body []byte) (*http.Response, error) {
 		if resp != nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
-			err = errors.New("upstream answered " + resp.Status)
+			sendErr = errors.New("upstream answered " + resp.Status)
 		}
 		stopExpire()
 		cause := context.Cause(actx)
 		cancel(nil)
-		switch cause {
-		case errNoFirstByte:
-			err = fmt.Errorf("no first byte within %v", timeout)
+		how := region.ReplicaFailed
+		switch {
+		case cause == errNoFirstByte:
+			sendErr = fmt.Errorf("no first byte within %v", timeout)
 			x.s.metrics.upstreamTimeouts.WithLabelValues("first_byte").Inc()
-		case errDrained: // not the target's fault, and nowhere to retry
-			x.endAttempt(region.Released)
+		case cause == errDrained, ctx.Err() != nil:
+			how = region.Released // not the target's fault, and nowhere to retry
+		}
+		x.target = routed{}
+		next, n, routeErr := x.s.router.End(ctx, o.Attempt, how)
+		switch {
+		case cause == errDrained:
 			return nil, &apierr.Error{Code: apierr.Unavailable, Message: errDrained.Error(), RetryAfter: time.Second}
-		}
-		x.endAttempt(region.ReplicaFailed)
-		if ctx.Err() != nil {
+		case ctx.Err() != nil:
 			return nil, ctx.Err()
+		case n.Err != nil:
+			return nil, &apierr.Error{Code: n.Err.Code, Message: n.Err.Message + ": " + sendErr.Error(), RetryAfter: n.Err.RetryAfter}
 		}
-		if x.attempts > x.s.cfg.Retries {
-			return nil, &apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request: " + err.Error(),
-				RetryAfter: time.Second}
-		}
-		x.s.logEvery("retry\x00"+o.Decision.Region, slog.LevelInfo, "retrying elsewhere", "id", x.req.ID, "attempt", x.attempts, "err", err)
-		if o.Peer != nil {
-			x.req.Forwarded = true // the peer failed: serve it here
-		}
+		x.s.logEvery("retry\x00"+o.Decision.Region, slog.LevelInfo, "retrying elsewhere", "id", x.req.ID, "attempt", o.Number, "err", sendErr)
+		o, err = next, routeErr
 	}
 }
 
@@ -295,162 +296,6 @@ func (b *prefixedBody) Read(p []byte) (int, error) {
 	return b.ReadCloser.Read(p)
 }
 
-// watch takes over a response that will reach the client: the body is
-// wrapped to see its end (or its failure), count output tokens, and, for
-// an event stream, end a broken stream with an error event. cancel ends
-// the attempt's context: when the exchange ends, or when the stream
-// stalls for StallTimeout.
-func (x *exchange) watch(resp *http.Response) {
-	x.stall = time.AfterFunc(x.s.cfg.StallTimeout, func() { x.cancel(errStalled) })
-	x.status = resp.StatusCode
-	x.servedBy = x.s.cfg.Region
-	if p := x.target.Peer; p != nil {
-		x.servedBy = p.Region
-	}
-	x.counter.sse = bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream"))
-	wb := &watchedBody{x: x, body: resp.Body}
-	if x.s.cfg.MidStreamFailover && x.counter.sse && x.kind == request.Chat {
-		wb.events = &alignedEvents{src: resp.Body}
-		wb.body = wb.events
-	}
-	resp.Body = wb
-}
-
-// endContext ends the context of the attempt that reached the client.
-func (x *exchange) endContext() {
-	if x.cancel != nil {
-		x.stopExpire()
-		x.cancel(nil)
-	}
-}
-
-// endAttempt gives back what the current attempt took: the replica's slot
-// (with how it went) or the forward's count at the peer.
-func (x *exchange) endAttempt(how region.Outcome) {
-	o := x.target
-	x.target = routed{}
-	switch {
-	case o.replica != nil:
-		if how == region.Served && x.counter.cachedSeen {
-			x.s.router.CacheReported(x.req, x.counter.cached)
-		}
-		x.s.router.Done(x.req, time.Since(x.start), how)
-	case o.Peer != nil:
-		x.s.router.ForwardDone(o.Peer.Region)
-	}
-}
-
-// watchedBody is an upstream body on its way to the client.
-type watchedBody struct {
-	x       *exchange
-	body    io.ReadCloser
-	events  *alignedEvents // whole events only, for mid-stream failover; nil when off
-	failed  error          // the upstream broke mid-body
-	tail    []byte
-	closed  bool
-	settled bool // the attempt has ended (see settle)
-}
-
-func (b *watchedBody) Read(p []byte) (int, error) {
-	if len(b.tail) > 0 { // the error event that ends a broken stream
-		n := copy(p, b.tail)
-		b.tail = b.tail[n:]
-		if len(b.tail) == 0 {
-			return n, io.EOF
-		}
-		return n, nil
-	}
-	if b.failed != nil {
-		return 0, io.EOF
-	}
-	n, err := b.body.Read(p)
-	x := b.x
-	if err != nil && err != io.EOF && x.attemptCtx != nil {
-		switch context.Cause(x.attemptCtx) {
-		case errStalled:
-			err = fmt.Errorf("%w: no chunk for %v", errStalled, x.s.cfg.StallTimeout)
-		case errDrained:
-			err = errDrained
-		}
-	}
-	if n > 0 {
-		if x.stall != nil {
-			x.stall.Reset(x.s.cfg.StallTimeout)
-		}
-		if x.firstByte.IsZero() {
-			x.firstByte = time.Now()
-			if x.target.replica != nil {
-				x.s.router.FirstByte(x.req)
-			}
-		}
-		x.counter.count(p[:n])
-	}
-	switch {
-	case err == io.EOF, x.counter.done:
-		// The engine is done (the body's end, or [DONE]; whatever broke
-		// after [DONE], the client closing first say, is no failure). Its
-		// slot frees now, before these last bytes reach the client: a
-		// client that sends its next turn the moment it has this answer
-		// must find the replica free, not busy with the answer it holds.
-		x.complete = true
-		b.settle()
-	case err != nil && x.in.Context().Err() == nil && err != errDrained && b.events != nil && x.continueElsewhere(b.events) == nil:
-		return n, nil // the stream goes on from another target
-	case err != nil && x.in.Context().Err() == nil:
-		// The upstream broke, or the proxy is about to exit, not the
-		// client: never fake a clean end.
-		b.failed, x.broken = err, err
-		if x.counter.sse {
-			e := apierr.New(apierr.Upstream, "the upstream stream failed midway: %v", err)
-			if err == errDrained {
-				e = &apierr.Error{Code: apierr.Unavailable, Message: errDrained.Error(), RetryAfter: time.Second}
-			}
-			b.tail = append(append([]byte("data: "), e.JSON()...), '\n', '\n')
-			return n, nil
-		}
-	}
-	return n, err
-}
-
-// Close ends the attempt: served in full, failed by the upstream, or let
-// go because the client left.
-func (b *watchedBody) Close() error {
-	if b.closed {
-		return nil
-	}
-	b.closed = true
-	err := b.body.Close()
-	x := b.x
-	if x.stall != nil && !x.stall.Stop() && context.Cause(x.attemptCtx) == errStalled {
-		x.s.metrics.upstreamTimeouts.WithLabelValues("stall").Inc()
-	}
-	x.endContext()
-	b.settle()
-	return err
-}
-
-// settle ends the attempt once, by how it went: served in full, failed by
-// the upstream, or let go (the client left, or a client error passed
-// through).
-func (b *watchedBody) settle() {
-	if b.settled {
-		return
-	}
-	b.settled = true
-	x := b.x
-	if x.complete && x.stall != nil {
-		x.stall.Stop() // an engine slow to close after [DONE] has not stalled
-	}
-	switch {
-	case x.complete && x.status < 300:
-		x.endAttempt(region.Served)
-	case x.broken != nil && x.broken != errDrained:
-		x.endAttempt(region.ReplicaFailed)
-	default:
-		x.endAttempt(region.Released)
-	}
-}
-
 // modifyResponse labels the response with where it was served and why.
 func modifyResponse(resp *http.Response) error {
 	x := exchangeOf(resp.Request.Context())
@@ -536,69 +381,6 @@ var relayBufferPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); ret
 
 func (relayBuffers) Get() []byte  { return *relayBufferPool.Get().(*[]byte) }
 func (relayBuffers) Put(b []byte) { relayBufferPool.Put(&b) }
-
-// relayCounter estimates output tokens from what streams by: one per SSE
-// data event (vLLM sends one token per chunk), or the usage the body
-// reports.
-type relayCounter struct {
-	sse        bool
-	chunks     int // SSE data events
-	usage      int // completion_tokens, if the body reported usage
-	cached     int // usage.prompt_tokens_details.cached_tokens, when cachedSeen
-	cachedSeen bool
-	done       bool   // the event stream's data: [DONE] went by
-	tail       []byte // carry-over for patterns split across reads
-}
-
-var (
-	dataPrefix      = []byte("data: {")
-	doneEvent       = []byte("data: [DONE]")
-	completionField = []byte(`"completion_tokens":`)
-	cachedField     = []byte(`"cached_tokens":`)
-)
-
-func (o *relayCounter) count(b []byte) {
-	chunk := append(o.tail, b...)
-	if o.sse {
-		o.chunks += bytes.Count(chunk, dataPrefix) - bytes.Count(o.tail, dataPrefix)
-		o.done = o.done || bytes.Contains(chunk, doneEvent)
-	}
-	if n, ok := lastNumberAfter(chunk, completionField); ok {
-		o.usage = n
-	}
-	if n, ok := lastNumberAfter(chunk, cachedField); ok {
-		o.cached, o.cachedSeen = n, true
-	}
-	keep := min(len(chunk), 64)
-	o.tail = append(o.tail[:0], chunk[len(chunk)-keep:]...)
-}
-
-// lastNumberAfter reads the integer after the last field in chunk, if it
-// is complete (followed by something other than a digit).
-func lastNumberAfter(chunk, field []byte) (int, bool) {
-	i := bytes.LastIndex(chunk, field)
-	if i < 0 {
-		return 0, false
-	}
-	rest := bytes.TrimLeft(chunk[i+len(field):], " ")
-	end := 0
-	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-		end++
-	}
-	if end == 0 || end >= len(rest) {
-		return 0, false
-	}
-	n, err := strconv.Atoi(string(rest[:end]))
-	return n, err == nil
-}
-
-// outputTokens is the best estimate of tokens generated.
-func (o *relayCounter) outputTokens() int {
-	if o.usage > 0 {
-		return o.usage
-	}
-	return max(o.chunks-3, 0) // role chunk, finish chunk, usage or [DONE]
-}
 
 // slogWriter turns ReverseProxy's log lines into debug records.
 type slogWriter struct {

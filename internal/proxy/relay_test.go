@@ -3,10 +3,17 @@ package proxy
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"skywalker/internal/policy"
+	"skywalker/internal/profile"
+	"skywalker/internal/region"
 )
 
 // TestTheReplicaIsFreeOnceTheClientHasItsAnswer: the replica's slot frees
@@ -52,5 +59,81 @@ func TestTheReplicaIsFreeOnceTheClientHasItsAnswer(t *testing.T) {
 				t.Errorf("the client has its whole answer, but the replica still counts %d in flight", n)
 			}
 		})
+	}
+}
+
+// staticPeers is a mesh that always reports the same peers.
+type staticPeers []region.Peer
+
+func (p staticPeers) Peers() []region.Peer { return p }
+
+// A request forwarded to a peer that answers 503 is routed again and
+// served here as this region's own request: its route reason is the local
+// rule's (not forwarded-in, which the client's header used to say), and
+// it counts in this region's demand (`plan --from` used to miss every
+// failed forward).
+func TestAFailedForwardIsServedHereAsALocalRequest(t *testing.T) {
+	local, release := heldBackend(t)
+	var peerHits atomic.Int64
+	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		peerHits.Add(1)
+		http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(peer.Close)
+	prof, _ := profile.Lookup("llama3-8b-a100")
+	peers := staticPeers{{Region: "eu-west", Healthy: true, Nodes: 1, APIAddrs: []string{peer.URL}, RTT: 20 * time.Millisecond,
+		GateOpen: true, Load: region.Load{Replicas: 4, Slots: 32, Prefill: policy.PrefillOf(prof)}}}
+	p := startSoloWith(t, []string{local}, func(c *Config) { c.MaxInFlight, c.Profile = 1, prof.Name }, Options{Peers: peers})
+	post := func() (*http.Response, error) {
+		return http.Post("http://"+p.addr+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":200,"stream":true}`))
+	}
+	first, err := post() // takes the only slot, and holds it
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Body.Close()
+	if reason := first.Header.Get("X-SkyWalker-Route-Reason"); first.StatusCode != 200 || first.Header.Get("X-SkyWalker-Region") != "solo" {
+		t.Fatalf("the first request: %d, reason %q; want served here", first.StatusCode, reason)
+	}
+	type answer struct {
+		resp *http.Response
+		err  error
+	}
+	second := make(chan answer, 1)
+	go func() { r, err := post(); second <- answer{r, err} }()
+	deadline := time.Now().Add(30 * time.Second)
+	for peerHits.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the second request was not forwarded to the idle peer within 30 s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	release()
+	_, _ = io.Copy(io.Discard, first.Body)
+	var a answer
+	select {
+	case a = <-second:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second request got no answer within 30 s of the slot freeing")
+	}
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	body, _ := io.ReadAll(a.resp.Body)
+	a.resp.Body.Close()
+	reason := a.resp.Header.Get("X-SkyWalker-Route-Reason")
+	if a.resp.StatusCode != 200 || a.resp.Header.Get("X-SkyWalker-Region") != "solo" || reason == string(policy.ReasonForwarded) || reason == "" {
+		t.Errorf("after the failed forward: %d served in %q, reason %q: want 200 here with the local rule's reason; body %s",
+			a.resp.StatusCode, a.resp.Header.Get("X-SkyWalker-Region"), reason, body)
+	}
+	rep := p.srv.demand.report()
+	var n int64
+	for _, h := range rep.Hours {
+		n += h.Requests
+	}
+	if n != 2 {
+		t.Errorf("demand counts %d requests, want both (the failed forward's too)", n)
 	}
 }

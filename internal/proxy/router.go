@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"skywalker/internal/apierr"
+	"skywalker/internal/balancer"
 	"skywalker/internal/digest"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
@@ -29,8 +31,8 @@ type PeerSource interface {
 type replica struct {
 	handle *region.Replica
 	url    *url.URL
-	models []modelCard // nil until /v1/models answered
-	scrape scrapeState
+	models atomic.Pointer[[]modelCard] // nil until /v1/models answered
+	scrape scrapeState                 // owned by the scrape loop (one round at a time)
 }
 
 func (rp *replica) name() string { return rp.handle.Name() }
@@ -53,7 +55,7 @@ type Router struct {
 	recent     []Decision // ring of recent decisions, for /debug/skywalker
 	recentNext int
 	draining   bool                  // the node is shutting down (published in its load summary)
-	observe    func(region.Delivery) // every outcome, under mu (metrics, logs)
+	observe    func(*region.Attempt) // every attempt delivered, under mu (metrics, logs)
 }
 
 // Decision is one routing outcome, as /debug/skywalker shows it.
@@ -73,9 +75,9 @@ type RouterOptions struct {
 	Policy policy.Policy
 	Peers  PeerSource       // nil for a single region; SetPeers attaches it later
 	Clock  func() time.Time // default time.Now
-	// Observe, if set, sees every outcome the core delivers, once, with
+	// Observe, if set, sees every attempt the core delivers, once, with
 	// the router's lock held: it must not call back into the router.
-	Observe func(region.Delivery)
+	Observe func(*region.Attempt)
 }
 
 // NewRouter returns a router for cfg (validated) with no replicas.
@@ -136,32 +138,62 @@ func (r *Router) replicaOf(h *region.Replica) *replica {
 	return nil
 }
 
-// routed is a delivered outcome, with its replica's HTTP side.
+// routed is a delivered attempt, with its replica's HTTP side.
 type routed struct {
-	region.Delivery
+	*region.Attempt
 	replica *replica // Dispatch
 }
 
 // Route submits req to the balancer and waits until it is dispatched,
 // forwarded or rejected, or ctx ends (then the request is withdrawn).
 func (r *Router) Route(ctx context.Context, req *request.Request) (routed, error) {
+	o, _, err := r.await(ctx, req, func() region.Next {
+		r.core.Submit(r.now(), req)
+		return region.Next{Retry: true} // its attempt is delivered
+	})
+	return o, err
+}
+
+// End ends the attempt a with how (region.Attempt.End). When the core
+// routes the request again, End waits for the next attempt as Route does
+// and returns it; otherwise the zero routed and what the core said.
+func (r *Router) End(ctx context.Context, a *region.Attempt, how region.Outcome) (routed, region.Next, error) {
+	return r.await(ctx, a.Request, func() region.Next { return a.End(r.now(), how) })
+}
+
+// Continue ends the attempt a, whose stream broke after it reached the
+// client, and waits for the attempt that continues it
+// (region.Attempt.Continue).
+func (r *Router) Continue(ctx context.Context, a *region.Attempt) (routed, region.Next, error) {
+	return r.await(ctx, a.Request, func() region.Next { return a.Continue(r.now()) })
+}
+
+// await runs act under the lock with a waiter registered for req; when act
+// says the request was routed (again), it waits for the attempt to be
+// delivered, or for ctx to end (then the request is withdrawn).
+func (r *Router) await(ctx context.Context, req *request.Request, act func() region.Next) (routed, region.Next, error) {
 	ch := make(chan routed, 1)
 	r.mu.Lock()
 	r.waiters[req] = ch
-	r.core.Submit(r.now(), req)
+	next := act()
+	if !next.Retry {
+		delete(r.waiters, req)
+		r.mu.Unlock()
+		return routed{}, next, nil
+	}
 	r.mu.Unlock()
 	select {
 	case o := <-ch:
 		if o.Err != nil {
-			return o, o.Err
+			return o, next, o.Err
 		}
-		return o, nil
+		return o, next, nil
 	case <-ctx.Done():
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		delete(r.waiters, req)
 		if r.core.Cancel(req) {
-			return routed{}, ctx.Err()
+			return routed{}, next, ctx.Err()
 		}
 		// Delivered just as the client left: take it, release it.
 		select {
@@ -169,86 +201,64 @@ func (r *Router) Route(ctx context.Context, req *request.Request) (routed, error
 			r.releaseLocked(o)
 		default:
 		}
-		return routed{}, ctx.Err()
+		return routed{}, next, ctx.Err()
 	}
 }
 
-// delivered receives the core's outcomes. Called with r.mu held.
-func (r *Router) delivered(d region.Delivery) {
-	out := routed{Delivery: d}
-	if d.Replica != nil {
-		out.replica = r.replicaOf(d.Replica)
+// delivered receives the core's attempts. Called with r.mu held.
+func (r *Router) delivered(a *region.Attempt) {
+	out := routed{Attempt: a}
+	if a.Replica != nil {
+		out.replica = r.replicaOf(a.Replica)
 	}
-	r.record(d)
+	r.record(a)
 	if r.observe != nil {
-		r.observe(d)
+		r.observe(a)
 	}
-	if ch, ok := r.waiters[d.Request]; ok {
-		delete(r.waiters, d.Request)
+	if ch, ok := r.waiters[a.Request]; ok {
+		delete(r.waiters, a.Request)
 		ch <- out
 		return
 	}
 	r.releaseLocked(out) // nobody waits (cannot happen while handlers hold their requests)
 }
 
-func (r *Router) record(d region.Delivery) {
-	rec := Decision{At: r.now(), ID: d.Request.ID, Action: d.Decision.Action.String(), Region: d.Decision.Region, Reason: string(d.Decision.Reason)}
-	if d.Waited > 0 {
-		rec.Waited = d.Waited.String()
+func (r *Router) record(a *region.Attempt) {
+	rec := Decision{At: r.now(), ID: a.Request.ID, Action: a.Decision.Action.String(), Region: a.Decision.Region, Reason: string(a.Decision.Reason)}
+	if a.Waited > 0 {
+		rec.Waited = a.Waited.String()
 	}
 	switch {
-	case d.Err != nil:
-		rec.Action, rec.Error = "reject", d.Err.Message
-	case d.Replica != nil:
-		rec.Target = d.Replica.Name()
+	case a.Err != nil:
+		rec.Action, rec.Error = "reject", a.Err.Message
+	case a.Replica != nil:
+		rec.Target = a.Replica.Name()
 	}
 	r.recent[r.recentNext%len(r.recent)] = rec
 	r.recentNext++
 }
 
-// FirstByte records that a dispatched request's first byte arrived: its
-// prefill no longer delays the replica's next requests.
-func (r *Router) FirstByte(req *request.Request) {
+// FirstByte records that the attempt's first byte arrived: for a
+// dispatch, its prefill no longer delays the replica's next requests.
+func (r *Router) FirstByte(a *region.Attempt) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.core.FirstToken(r.now(), req)
-}
-
-// Done records the end of a dispatched request (service is the time from
-// sending it to its last byte; how, whether the replica served it, failed
-// it, or is not to blame) and pumps the head of the queue into the freed
-// slot.
-func (r *Router) Done(req *request.Request, service time.Duration, how region.Outcome) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.core.End(req, how, service)
-	r.core.PumpDepth(r.now(), 1)
+	a.FirstToken(r.now())
 }
 
 // CacheReported records the cached prompt tokens the engine reported for
-// a dispatched request (cache-truth feedback; call before Done).
-func (r *Router) CacheReported(req *request.Request, cachedTokens int) {
+// the attempt (cache-truth feedback; call before End).
+func (r *Router) CacheReported(a *region.Attempt, cachedTokens int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.core.CacheReported(req, cachedTokens)
+	a.CacheReported(cachedTokens)
 }
 
-// ForwardDone records the end of a request forwarded to peer.
-func (r *Router) ForwardDone(peer string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.core.ForwardDone(peer)
-	r.core.PumpDepth(r.now(), 1)
-}
-
-// releaseLocked gives back what a delivered outcome took. Called with r.mu
+// releaseLocked ends a delivered attempt nobody will use. Called with r.mu
 // held.
 func (r *Router) releaseLocked(o routed) {
-	switch {
-	case o.Replica != nil:
-		r.core.End(o.Request, region.Released, 0)
-	case o.Peer != nil:
-		r.core.ForwardDone(o.Peer.Region)
+	if o.Attempt != nil {
+		o.End(r.now(), region.Released)
 	}
 }
 
@@ -326,6 +336,63 @@ func cloneLocal(l policy.LocalRegion) policy.LocalRegion {
 	return l
 }
 
+// ReplicaStates is the core's bookkeeping of every replica.
+func (r *Router) ReplicaStates() []region.ReplicaState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.ReplicaStates()
+}
+
+// snapshot is a consistent copy of the router's state, for every reader
+// off the request path (the debug endpoint, the metrics collector, the
+// pool's loops, the server's accessors): the one place besides the
+// request path that takes the router's lock.
+type snapshot struct {
+	policy   string
+	queued   int
+	replicas []*replica // the HTTP sides, in the core's order
+	states   []replicaState
+	peers    []region.Peer
+	held     []balancer.HeldRequest
+	heldBy   map[heldKey]int
+	recent   []Decision // oldest first
+}
+
+// replicaState is one replica as the core holds it, copied.
+type replicaState struct {
+	name                                    string
+	healthy                                 bool
+	inFlight                                int
+	metrics                                 region.Metrics
+	indexedBlocks, dispatchCap, cacheTokens int
+	truth                                   region.CacheTruth
+}
+
+// heldKey is a (class, tenant) of held requests.
+type heldKey struct {
+	class  request.Class
+	tenant string
+}
+
+func (r *Router) snapshot() snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := snapshot{policy: r.core.Policy().Name(), queued: r.core.Queued(), replicas: slices.Clone(r.replicas),
+		peers: slices.Clone(r.core.Peers()), held: r.core.Held(r.now()), heldBy: map[heldKey]int{}}
+	for _, h := range r.core.Replicas() {
+		out.states = append(out.states, replicaState{name: h.Name(), healthy: h.Healthy(), inFlight: h.InFlight(), metrics: h.Metrics(),
+			indexedBlocks: r.core.IndexedBlocks(h), dispatchCap: r.core.DispatchCap(h), cacheTokens: r.core.BelievedCacheTokens(h),
+			truth: r.core.Truth(h)})
+	}
+	r.core.HeldBy(func(class request.Class, tenant string, n int) { out.heldBy[heldKey{class, tenant}] += n })
+	for i := range len(r.recent) {
+		if d := r.recent[(r.recentNext+i)%len(r.recent)]; d.ID != "" {
+			out.recent = append(out.recent, d)
+		}
+	}
+	return out
+}
+
 // Decide returns the decision the policy would make for req now, without
 // routing it.
 func (r *Router) Decide(req *request.Request) policy.Decision {
@@ -377,6 +444,30 @@ func (r *Router) queued() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.core.Queued()
+}
+
+// modelCards returns the union of the replicas' model cards, one per id
+// (the first replica's, in pool order), sorted by id, and whether any
+// replica reported its models yet.
+func (r *Router) modelCards() ([]modelCard, bool) {
+	seen := map[string]bool{}
+	known := false
+	var out []modelCard
+	for _, rp := range r.snapshot().replicas {
+		cards := rp.models.Load()
+		if cards == nil {
+			continue
+		}
+		known = true
+		for _, m := range *cards {
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b modelCard) int { return strings.Compare(a.ID, b.ID) })
+	return out, known
 }
 
 var _ mesh.Source = (*Router)(nil)

@@ -3,6 +3,7 @@ package proxy
 import (
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 
 	dto "github.com/prometheus/client_model/go"
@@ -27,6 +28,15 @@ var (
 // parseEngineMetrics reads a Prometheus text exposition. A page without
 // any known name is not an error: the replica is balanced on the proxy's
 // own in-flight counts instead.
+//
+// A data-parallel vLLM server runs several engines behind one address and
+// labels each engine's series engine="0", "1", …; the server sends a new
+// request to its least loaded engine. So the engines are combined as the
+// replica they make up: its KV cache is theirs together (blocks summed,
+// usage the block-weighted mean — two engines at 48% are a replica 48%
+// full, not 96%), a new request waits behind the shortest engine queue
+// (Waiting), and every other request the engines hold counts as running
+// (Running), so Waiting + Running is all the replica holds.
 func parseEngineMetrics(r io.Reader) (region.Metrics, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(io.LimitReader(r, maxScrapeBytes))
@@ -34,49 +44,110 @@ func parseEngineMetrics(r io.Reader) (region.Metrics, error) {
 		return region.Metrics{}, fmt.Errorf("parse metrics: %w", err)
 	}
 	var m region.Metrics
-	if v, ok := sum(families, waitingNames); ok {
-		m.Waiting, m.Known = int(v), true
+	waiting, okW := perEngine(families, waitingNames)
+	running, okR := perEngine(families, runningNames)
+	m.Known = okW || okR
+	total := 0.0
+	for _, v := range running {
+		total += v
 	}
-	if v, ok := sum(families, runningNames); ok {
-		m.Running, m.Known = int(v), true
-	}
-	if v, ok := sum(families, kvNames); ok {
-		m.KVUsage = min(max(v, 0), 1)
-	}
-	if f := families["vllm:cache_config_info"]; f != nil && len(f.Metric) > 0 {
-		for _, lp := range f.Metric[0].Label {
-			n, _ := strconv.Atoi(lp.GetValue())
-			switch lp.GetName() {
-			case "num_gpu_blocks":
-				m.KVBlocks = n
-			case "block_size":
-				m.BlockSize = n
+	if okW {
+		least := -1.0
+		for _, v := range waiting {
+			total += v
+			if least < 0 || v < least {
+				least = v
 			}
 		}
+		m.Waiting = count(least)
+		total -= max(least, 0)
+	}
+	m.Running = count(total)
+	blocks := map[string]float64{}
+	if f := families["vllm:cache_config_info"]; f != nil {
+		for _, s := range f.Metric {
+			var n, size int
+			for _, lp := range s.Label {
+				switch lp.GetName() {
+				case "num_gpu_blocks":
+					n, _ = strconv.Atoi(lp.GetValue())
+				case "block_size":
+					size, _ = strconv.Atoi(lp.GetValue())
+				}
+			}
+			blocks[engineOf(s)] = float64(min(max(n, 0), 1<<40))
+			m.BlockSize = size
+		}
+	}
+	if usage, ok := perEngine(families, kvNames); ok {
+		var weighted, weights float64
+		for engine, v := range usage {
+			w := blocks[engine]
+			if w <= 0 {
+				w = 1 // sizes unknown: engines weigh alike
+			}
+			if math.IsNaN(v) {
+				v = 0
+			}
+			weighted += min(max(v, 0), 1) * w
+			weights += w
+		}
+		m.KVUsage = weighted / weights
+		if len(blocks) == 1 && len(usage) > 1 {
+			for _, n := range blocks { // one config series for identical engines
+				for e := range usage {
+					blocks[e] = n
+				}
+			}
+		}
+	}
+	for _, n := range blocks {
+		m.KVBlocks += int(n)
 	}
 	return m, nil
 }
 
-// sum adds the samples of the first family present (a vLLM server with
-// several engines reports one series per engine).
-func sum(families map[string]*dto.MetricFamily, names []string) (float64, bool) {
+// count turns a sample into a request count: NaN and negatives are 0, and
+// absurd values are capped.
+func count(v float64) int {
+	if math.IsNaN(v) || v <= 0 {
+		return 0
+	}
+	return int(min(v, 1e9))
+}
+
+// perEngine returns the samples of the first family present, summed per
+// engine (the "engine" label; "" when absent: one engine).
+func perEngine(families map[string]*dto.MetricFamily, names []string) (map[string]float64, bool) {
 	for _, name := range names {
 		f := families[name]
 		if f == nil {
 			continue
 		}
-		total := 0.0
+		out := map[string]float64{}
 		for _, m := range f.Metric {
+			v := 0.0
 			switch {
 			case m.Gauge != nil:
-				total += m.Gauge.GetValue()
+				v = m.Gauge.GetValue()
 			case m.Counter != nil:
-				total += m.Counter.GetValue()
+				v = m.Counter.GetValue()
 			case m.Untyped != nil:
-				total += m.Untyped.GetValue()
+				v = m.Untyped.GetValue()
 			}
+			out[engineOf(m)] += v
 		}
-		return total, true
+		return out, true
 	}
-	return 0, false
+	return nil, false
+}
+
+// engineOf is a sample's engine label ("" when it has none).
+func engineOf(m *dto.Metric) string {
+	for _, lp := range m.Label {
+		if lp.GetName() == "engine" {
+			return lp.GetValue()
+		}
+	}
+	return ""
 }

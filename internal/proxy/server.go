@@ -126,18 +126,10 @@ func (s *Server) SetPeers(p PeerSource) { s.router.setPeerSource(p) }
 func (s *Server) QueueLength() int { return s.router.queued() }
 
 // Peers is the peers' snapshot the router last routed with.
-func (s *Server) Peers() []region.Peer {
-	s.router.mu.Lock()
-	defer s.router.mu.Unlock()
-	return s.router.core.Peers()
-}
+func (s *Server) Peers() []region.Peer { return s.router.snapshot().peers }
 
 // Replicas is the number of replicas in the pool.
-func (s *Server) Replicas() int {
-	s.router.mu.Lock()
-	defer s.router.mu.Unlock()
-	return len(s.router.replicas)
-}
+func (s *Server) Replicas() int { return len(s.router.snapshot().replicas) }
 
 // HealthyReplicas is the number of replicas in service.
 func (s *Server) HealthyReplicas() int { return s.router.healthyReplicas() }
@@ -237,8 +229,11 @@ func (s *Server) ready(w http.ResponseWriter, _ *http.Request) {
 
 // observe counts every outcome of the balancer by priority, tenant and
 // decision, and logs each request refused or shed, once (the router calls
-// it exactly once per request, with its lock held).
-func (s *Server) observe(d region.Delivery) {
+// it once per attempt, with its lock held; a retry is not admitted again).
+func (s *Server) observe(d *region.Attempt) {
+	if d.Err == nil && d.Number > 1 {
+		return
+	}
 	decision := "admitted"
 	if d.Err != nil {
 		switch d.Err.Code {

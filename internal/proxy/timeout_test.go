@@ -37,7 +37,7 @@ func TestFirstByteTimeoutFollowsTheEstimate(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.FirstByteTimeout = tc.configured
 			x := &exchange{s: &Server{cfg: cfg}, req: &request.Request{Stream: tc.stream, MaxTokens: tc.maxTokens}}
-			o := routed{}
+			o := routed{Attempt: &region.Attempt{}}
 			o.Decision = policy.Decision{Estimate: tc.estimate}
 			if got := x.firstByteTimeout(o); got != tc.want {
 				t.Errorf("firstByteTimeout = %v, want %v", got, tc.want)
@@ -188,7 +188,7 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 		out := httptest.NewRequest("POST", "/v1/chat/completions", nil)
 		out.Header.Set("Authorization", "Bearer sk-secret")
 		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "key-0a1b2c"}, body: body, out: out}
-		o := routed{}
+		o := routed{Attempt: &region.Attempt{}}
 		o.Peer = &region.Peer{Region: "eu-west", APIAddrs: []string{peer.URL}}
 		resp, err := x.send(context.Background(), o, body)
 		if err != nil {

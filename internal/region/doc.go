@@ -16,6 +16,11 @@
 //     policy.View and does the bookkeeping of every delivered outcome
 //     before handing the outcome to its driver.
 //
+// A request's life is one handle, Attempt (attempt.go): the core delivers
+// each decision as an attempt, and the driver reports its first token,
+// the engine's cached tokens and its end; End frees what it took, pumps,
+// and routes the request again within the retry bound.
+//
 // It must not read a clock (time is an argument), do I/O, start goroutines
 // or lock: the proxy wraps it in one mutex, the simulator is
 // single-threaded. Drivers differ only in how they observe the world

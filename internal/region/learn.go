@@ -114,9 +114,9 @@ type CacheTruth struct {
 	PredictedHits, Hits int64
 }
 
-// CacheReported records what the engine reported cached for a dispatched
-// request (before End). It adapts the replica's believed cache size.
-func (r *Region) CacheReported(req *request.Request, cachedTokens int) {
+// cacheReported records what the engine reported cached for a dispatched
+// request (before its end). It adapts the replica's believed cache size.
+func (r *Region) cacheReported(req *request.Request, cachedTokens int) {
 	b := r.bookings[req]
 	if b == nil || cachedTokens < 0 {
 		return

@@ -31,18 +31,18 @@ func TestACapIsLearnedForAnEngineWithoutMetrics(t *testing.T) {
 	a, b := req("a", 1), req("b", 2)
 	dispatchAt(r, a, t0)
 	dispatchAt(r, b, t0) // sent with a in flight: 2
-	r.FirstToken(t0.Add(20*time.Millisecond), a)
-	r.FirstToken(t0.Add(3*time.Second), b) // waited for a inside the engine
-	r.End(a, Served, time.Second)
-	r.End(b, Served, 3*time.Second)
+	r.firstToken(t0.Add(20*time.Millisecond), a)
+	r.firstToken(t0.Add(3*time.Second), b) // waited for a inside the engine
+	r.end(a, Served, time.Second)
+	r.end(b, Served, 3*time.Second)
 	if got := r.DispatchCap(rp); got != 1 {
 		t.Fatalf("cap after a late first token at 2 in flight: %d, want 1", got)
 	}
 	for i := range 40 {
 		x := req("x", uint64(100+i))
 		dispatchAt(r, x, t0)
-		r.FirstToken(t0.Add(20*time.Millisecond), x)
-		r.End(x, Served, time.Second)
+		r.firstToken(t0.Add(20*time.Millisecond), x)
+		r.end(x, Served, time.Second)
 	}
 	if got := r.DispatchCap(rp); got < 2 || got > 4 {
 		t.Errorf("cap after 40 timely requests alone: %d, want it grown (but ≤ MaxInFlight 4)", got)
@@ -62,13 +62,13 @@ func TestCacheTruthShrinksAnOverbelievedCache(t *testing.T) {
 	full := r.BelievedCacheTokens(rp)
 	warm := req("warm", 1, 2, 3, 4)
 	dispatchAt(r, warm, t0)
-	r.End(warm, Served, time.Second)
+	r.end(warm, Served, time.Second)
 	for i := range 5 {
 		x := req("again", 1, 2, 3, 4) // the index predicts all 4 blocks
 		x.ID = x.ID + string(rune('a'+i))
 		dispatchAt(r, x, t0)
-		r.CacheReported(x, 0) // the engine had none of it
-		r.End(x, Served, time.Second)
+		r.cacheReported(x, 0) // the engine had none of it
+		r.end(x, Served, time.Second)
 	}
 	tr := r.Truth(rp)
 	if tr.PredictedHits != 5 || tr.Hits != 0 || tr.Short != 5 || tr.Predicted != 5*512 || tr.Actual != 0 {
@@ -82,8 +82,8 @@ func TestCacheTruthShrinksAnOverbelievedCache(t *testing.T) {
 		x := req("hit", 1, 2, 3, 4)
 		x.ID = x.ID + string(rune('a'+i%26)) + string(rune('a'+i/26))
 		dispatchAt(r, x, t0)
-		r.CacheReported(x, 512)
-		r.End(x, Served, time.Second)
+		r.cacheReported(x, 512)
+		r.end(x, Served, time.Second)
 	}
 	if got := r.BelievedCacheTokens(rp); got <= shrunk || got > full {
 		t.Errorf("believed cache %d after 200 hits, from %d (configured %d): want it grown back, never past", got, shrunk, full)

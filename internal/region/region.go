@@ -45,6 +45,9 @@ type Config struct {
 	EjectAfter, ReadmitAfter int
 	// ServiceAlpha weighs a new service time in the queue-wait estimate.
 	ServiceAlpha float64
+	// Retries is how many times a request whose attempt failed before its
+	// first token is routed again (Attempt.End); zero: never.
+	Retries int
 	// Balancer bounds the hold queue.
 	Balancer balancer.Config
 }
@@ -71,22 +74,6 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Delivery is a balancer outcome after the region's bookkeeping, with its
-// target resolved while the view it was decided on was current.
-type Delivery struct {
-	balancer.Outcome
-	// Replica is the local replica, for a Dispatch. Its slot is taken:
-	// the driver reports its first token (FirstToken) and must end it with
-	// End.
-	Replica *Replica
-	// Peer is the peer region as the decision saw it, for a Forward. It
-	// counts as in flight there: the driver must end it with ForwardDone.
-	Peer *Peer
-	// PrefixBlocks is how many leading blocks of the request the chosen
-	// replica was believed to hold.
-	PrefixBlocks int
-}
-
 // Region is one region's routing state. It is the balancer's Env. Not safe
 // for concurrent use.
 type Region struct {
@@ -107,9 +94,10 @@ type Region struct {
 	view       policy.View
 	loadReps   []policy.Replica // Load's scratch
 	matched    []int
-	deliver    func(Delivery)
+	deliver    func(*Attempt)
 	digests    digestPublisher
 	bookings   map[*request.Request]*booking // dispatched, not ended
+	retries    map[*request.Request]int      // routed again after this many attempts, not yet delivered
 	bias       ratioEWMA                     // actual over estimated time to first token
 	// hitCached and hitPrompt are exponentially decayed sums (weight
 	// ServiceAlpha per dispatch) of the cached and the prompt tokens of
@@ -119,9 +107,9 @@ type Region struct {
 }
 
 // New returns a region with no replicas that routes by pol and hands every
-// delivered outcome to deliver (called synchronously from Submit, Pump and
-// Expire, after the bookkeeping).
-func New(cfg Config, pol policy.Policy, deliver func(Delivery)) (*Region, error) {
+// attempt it delivers to deliver (called synchronously from Submit, Pump,
+// Expire, Flush and an Attempt's End, after the bookkeeping).
+func New(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*Region, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("region: a name is required")
 	}
@@ -131,7 +119,7 @@ func New(cfg Config, pol policy.Policy, deliver func(Delivery)) (*Region, error)
 	cfg = cfg.withDefaults()
 	r := &Region{cfg: cfg, bal: balancer.New(pol, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
 		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
-		bookings: map[*request.Request]*booking{}, tenantBias: map[flow]*ratioEWMA{}}
+		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]int{}, tenantBias: map[flow]*ratioEWMA{}}
 	r.digests.region = r
 	return r, nil
 }
@@ -159,7 +147,13 @@ func (r *Region) Flush(now time.Time, e *apierr.Error) int { return r.bal.Flush(
 
 // Cancel withdraws a held request whose client left; it reports whether
 // the request was still held (else it was already delivered).
-func (r *Region) Cancel(req *request.Request) bool { return r.bal.Cancel(req) }
+func (r *Region) Cancel(req *request.Request) bool {
+	if !r.bal.Cancel(req) {
+		return false
+	}
+	delete(r.retries, req)
+	return true
+}
 
 // Queued is the number of held requests.
 func (r *Region) Queued() int { return r.bal.Len() }
@@ -192,8 +186,8 @@ func (r *Region) Peers() []Peer { return r.peers }
 // Forwarding is how many of this node's requests are in flight at peer.
 func (r *Region) Forwarding(peer string) int { return r.forwarding[peer] }
 
-// ForwardDone records the end of a request forwarded to peer.
-func (r *Region) ForwardDone(peer string) {
+// forwardDone records the end of a request forwarded to peer.
+func (r *Region) forwardDone(peer string) {
 	if n := r.forwarding[peer]; n > 1 {
 		r.forwarding[peer] = n - 1
 	} else {
@@ -304,51 +298,35 @@ func (r *Region) projectedKVUsage(rp *Replica) float64 {
 // grow by while it decodes, when it sets no max_tokens or a larger one.
 const OutputReserve = 256
 
-// Deliver implements balancer.Env: a dispatch takes a slot on its replica
-// and teaches the prefix index (and so the next digest) that the replica
-// now holds the request's prefix; a forward counts as in flight at the
-// peer. Then the driver gets the outcome.
-func (r *Region) Deliver(o balancer.Outcome) {
-	d := Delivery{Outcome: o}
-	if o.Err == nil {
-		switch o.Decision.Action {
-		case policy.Dispatch:
-			rp := r.replicas[o.Decision.Replica]
-			d.Replica = rp
-			d.PrefixBlocks = r.view.Local.Replicas[o.Decision.Replica].PrefixBlocks
-			req := o.Request
-			uncached := req.PromptTokens - req.CachedTokens(d.PrefixBlocks)
-			out := OutputReserve
-			if req.MaxTokens > 0 {
-				out = min(req.MaxTokens, OutputReserve)
-			}
-			a := r.cfg.ServiceAlpha
-			r.hitCached = (1-a)*r.hitCached + a*float64(req.PromptTokens-uncached)
-			r.hitPrompt = (1-a)*r.hitPrompt + a*float64(req.PromptTokens)
-			rp.inFlight++
-			rp.inFlightTokens += req.PromptTokens
-			rp.prefillTokens += uncached
-			rp.sinceScrape += uncached + out
-			rp.dispatchedTokens += uncached + out
-			b := &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
-				submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight,
-				expected: r.expectedService(req, uncached)}
-			if b.expected > 0 {
-				r.expectedSum += b.expected
-				r.expectedCount++
-			}
-			if !o.Submitted.IsZero() {
-				b.sent = o.Submitted.Add(o.Waited)
-			}
-			r.bookings[req] = b
-			r.index.Insert(rp.target, o.Request.Blocks, r.digests.learn)
-		case policy.Forward:
-			p := r.peers[o.Decision.Peer]
-			d.Peer = &p
-			r.forwarding[p.Region]++
-		}
+// book takes a slot on rp for the dispatched o: in flight, its prompt and
+// prefill queued there, the KV cache it will take, what it is expected to
+// occupy (the prior of perRequestWait), the hit share, and the prefix
+// index (and so the next digest) taught that rp now holds the prompt.
+func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
+	req := o.Request
+	uncached := req.PromptTokens - req.CachedTokens(prefixBlocks)
+	out := OutputReserve
+	if req.MaxTokens > 0 {
+		out = min(req.MaxTokens, OutputReserve)
 	}
-	r.deliver(d)
+	a := r.cfg.ServiceAlpha
+	r.hitCached = (1-a)*r.hitCached + a*float64(req.PromptTokens-uncached)
+	r.hitPrompt = (1-a)*r.hitPrompt + a*float64(req.PromptTokens)
+	rp.inFlight++
+	rp.inFlightTokens += req.PromptTokens
+	rp.prefillTokens += uncached
+	rp.sinceScrape += uncached + out
+	rp.dispatchedTokens += uncached + out
+	b := &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
+		submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight,
+		expected: r.expectedService(req, uncached)}
+	if b.expected > 0 {
+		r.expectedSum += b.expected
+		r.expectedCount++
+	}
+	if !o.Submitted.IsZero() {
+		b.sent = o.Submitted.Add(o.Waited)
+	}
+	r.bookings[req] = b
+	r.index.Insert(rp.target, req.Blocks, r.digests.learn)
 }
-
-var _ balancer.Env = (*Region)(nil)

@@ -15,12 +15,12 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // newTestRegion returns a region of n replicas routing by skywalker whose
 // deliveries are collected.
-func newTestRegion(t *testing.T, n int) (*Region, *[]Delivery) {
+func newTestRegion(t *testing.T, n int) (*Region, *[]*Attempt) {
 	t.Helper()
-	var got []Delivery
-	r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4,
+	var got []*Attempt
+	r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4, Retries: 2,
 		Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}}, policy.NewSkywalker(policy.DefaultSkywalkerConfig()),
-		func(d Delivery) { got = append(got, d) })
+		func(d *Attempt) { got = append(got, d) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,12 +40,12 @@ func req(id string, blocks ...uint64) *request.Request {
 
 func TestNewRefusesWhatItCannotRun(t *testing.T) {
 	pol := policy.LocalLeastLoad{}
-	deliver := func(Delivery) {}
+	deliver := func(*Attempt) {}
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
 		pol     policy.Policy
-		deliver func(Delivery)
+		deliver func(*Attempt)
 	}{
 		{"no name", Config{}, pol, deliver},
 		{"no policy", Config{Name: "x"}, nil, deliver},
@@ -68,7 +68,7 @@ func TestDispatchTakesASlotAndTeachesTheIndex(t *testing.T) {
 		t.Errorf("in flight %d, prefix %d: want 1 and 0 (nothing was cached yet)", d.Replica.InFlight(), d.PrefixBlocks)
 	}
 	// The same prefix again: the index now says that replica holds it.
-	r.End(d.Request, Served, 100*time.Millisecond)
+	r.end(d.Request, Served, 100*time.Millisecond)
 	r.Submit(t0, req("b", 1, 2, 3, 4))
 	d2 := (*got)[1]
 	if d2.Replica != d.Replica || d2.PrefixBlocks != 3 {
@@ -86,14 +86,14 @@ func TestEjectAndReadmitRule(t *testing.T) {
 		wantHealthy bool
 	}{
 		{"two failures keep it", func(r *Region, rp *Replica) {
-			r.End(dispatched(r, rp), ReplicaFailed, 0)
-			r.End(dispatched(r, rp), ReplicaFailed, 0)
+			r.end(dispatched(r, rp), ReplicaFailed, 0)
+			r.end(dispatched(r, rp), ReplicaFailed, 0)
 		}, true},
-		{"a success resets the streak", func(r *Region, rp *Replica) { r.End(dispatched(r, rp), Served, time.Second) }, true},
+		{"a success resets the streak", func(r *Region, rp *Replica) { r.end(dispatched(r, rp), Served, time.Second) }, true},
 		{"a failed check and two failed requests eject", func(r *Region, rp *Replica) {
 			r.HealthChecked(rp, false)
-			r.End(dispatched(r, rp), ReplicaFailed, 0)
-			r.End(dispatched(r, rp), ReplicaFailed, 0)
+			r.end(dispatched(r, rp), ReplicaFailed, 0)
+			r.end(dispatched(r, rp), ReplicaFailed, 0)
 		}, false},
 		{"one passed check is not enough", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, false},
 		{"a failed check restarts the count", func(r *Region, rp *Replica) { r.HealthChecked(rp, false); r.HealthChecked(rp, true) }, false},
@@ -101,7 +101,7 @@ func TestEjectAndReadmitRule(t *testing.T) {
 		// Healthy to /health, failing requests (an engine that hangs):
 		// re-admitted on probation, it is ejected at its first failure,
 		// and kept out twice as long.
-		{"on probation one failure ejects", func(r *Region, rp *Replica) { r.End(dispatched(r, rp), ReplicaFailed, 0) }, false},
+		{"on probation one failure ejects", func(r *Region, rp *Replica) { r.end(dispatched(r, rp), ReplicaFailed, 0) }, false},
 		{"a second ejection takes twice the passes", func(r *Region, rp *Replica) {
 			for range 3 {
 				r.HealthChecked(rp, true)
@@ -109,8 +109,8 @@ func TestEjectAndReadmitRule(t *testing.T) {
 		}, false},
 		{"the fourth pass re-admits", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, true},
 		{"serving a request ends probation", func(r *Region, rp *Replica) {
-			r.End(dispatched(r, rp), Served, time.Second)
-			r.End(dispatched(r, rp), ReplicaFailed, 0)
+			r.end(dispatched(r, rp), Served, time.Second)
+			r.end(dispatched(r, rp), ReplicaFailed, 0)
 		}, true},
 	}
 	r, _ := newTestRegion(t, 1)
@@ -176,8 +176,8 @@ func TestForwardsCountAtThePeerUntilDone(t *testing.T) {
 	if v := r.View(req("b")); v.Peers[0].Outstanding != 11 {
 		t.Errorf("peer outstanding in the view %d, want the summary's 10 plus our 1 forward", v.Peers[0].Outstanding)
 	}
-	r.ForwardDone("eu-west")
-	r.ForwardDone("eu-west") // never below zero
+	r.forwardDone("eu-west")
+	r.forwardDone("eu-west") // never below zero
 	if v := r.View(req("c")); r.Forwarding("eu-west") != 0 || v.Peers[0].Outstanding != 10 {
 		t.Errorf("after the forward ended: forwarding %d, outstanding %d", r.Forwarding("eu-west"), v.Peers[0].Outstanding)
 	}
@@ -201,7 +201,7 @@ func TestDigestPublisher(t *testing.T) {
 	// Ejection forgets the replica's blocks: the next digest is rebuilt
 	// without them.
 	for range 3 {
-		r.End(dispatched(r, rp), ReplicaFailed, 0)
+		r.end(dispatched(r, rp), ReplicaFailed, 0)
 	}
 	third := r.Digest()
 	if third.Generation <= second.Generation || third.MatchLength([]uint64{11, 12, 13}) != 0 {
@@ -313,13 +313,13 @@ func TestBookingsTrackPrefillAndTokensUntilTheEnd(t *testing.T) {
 	if got := v.Local.Replicas[0]; got.InFlight != 2 || got.QueuedTokens != 384+1000 || got.PrefillTokens != 384+1000-384 {
 		t.Fatalf("after two dispatches: %+v; want 2 in flight, 1,384 prompt tokens, 1,000 to prefill (3 of b's blocks cached)", got)
 	}
-	r.FirstToken(t0, req)
-	r.FirstToken(t0, req) // once only
+	r.firstToken(t0, req)
+	r.firstToken(t0, req) // once only
 	if got := r.View(probeReq()).Local.Replicas[0]; got.PrefillTokens != 384 {
 		t.Errorf("after b's first token: prefill %d, want a's 384", got.PrefillTokens)
 	}
-	r.End(req, Served, time.Second)
-	r.End(req, Served, time.Second) // a second end is ignored
+	r.end(req, Served, time.Second)
+	r.end(req, Served, time.Second) // a second end is ignored
 	if got := r.View(probeReq()).Local.Replicas[0]; got.InFlight != 1 || got.QueuedTokens != 384 || rp.InFlight() != 1 {
 		t.Errorf("after b ended: %+v", got)
 	}
@@ -339,7 +339,7 @@ func TestHeldRequestsCalibrateTheTTFTBias(t *testing.T) {
 	fast := &request.Request{ID: "fast", PromptTokens: 100, BlockTokens: 128}
 	r.View(fast)
 	r.Deliver(balancer.Outcome{Request: fast, Decision: policy.Decision{Action: policy.Dispatch}, Admitted: time.Second, Submitted: at})
-	r.FirstToken(at.Add(5*time.Second), fast)
+	r.firstToken(at.Add(5*time.Second), fast)
 	if r.TTFTBias(probeReq()) != 1 {
 		t.Errorf("a request that was not held moved the bias to %v", r.TTFTBias(probeReq()))
 	}
@@ -348,8 +348,8 @@ func TestHeldRequestsCalibrateTheTTFTBias(t *testing.T) {
 		r.View(held)
 		r.Deliver(balancer.Outcome{Request: held, Decision: policy.Decision{Action: policy.Dispatch}, Admitted: time.Second,
 			Submitted: at, Waited: 1500 * time.Millisecond})
-		r.FirstToken(at.Add(2*time.Second), held)
-		r.End(held, Served, 3*time.Second)
+		r.firstToken(at.Add(2*time.Second), held)
+		r.end(held, Served, 3*time.Second)
 	}
 	if b := r.TTFTBias(probeReq()); b < 1.9 || b > 2.1 {
 		t.Errorf("bias %v after estimates of 1 s that took 2 s, want about 2", b)
@@ -370,14 +370,14 @@ func TestARequestThatEndsDuringAScrapeIsNotCountedRunning(t *testing.T) {
 		t.Fatalf("%d deliveries, want the request dispatched", len(*got))
 	}
 	mark := r.MarkScrape(rp)                                   // the scrape leaves ...
-	r.End((*got)[0].Request, Served, 0)                        // ... the request ends ...
+	r.end((*got)[0].Request, Served, 0)                        // ... the request ends ...
 	r.ScrapedSince(rp, Metrics{Known: true, Running: 1}, mark) // ... the engine's answer still counts it
 	if running := r.View(req("b")).Local.Replicas[0].Running; running != 0 {
 		t.Errorf("running %d after the only request ended during the scrape, want 0", running)
 	}
 	// A request that ended before the scrape began is the engine's to count.
 	r.Submit(time.Unix(1, 0), req("c", 3))
-	r.End((*got)[1].Request, Served, 0)
+	r.end((*got)[1].Request, Served, 0)
 	r.ScrapedSince(rp, Metrics{Known: true, Running: 1}, r.MarkScrape(rp))
 	if running := r.View(req("d")).Local.Replicas[0].Running; running != 1 {
 		t.Errorf("running %d: a scrape begun after the end reports the engine's own count, want 1", running)
@@ -399,13 +399,13 @@ func TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst(t *testing.T) {
 		{maxTokens: 5, n: 8, wantDispatched: 2, wantRefd: 0},
 	} {
 		t.Run(fmt.Sprintf("max_tokens=%d", tc.maxTokens), func(t *testing.T) {
-			var got []Delivery
+			var got []*Attempt
 			var objectives [request.NumClasses]request.SLO
 			objectives[request.Standard] = request.SLO{TTFT: 2 * time.Second}
 			r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 2,
 				Prefill: policy.PrefillProfile{Fixed: 70 * time.Millisecond, PerToken: 220 * time.Microsecond}, DecodeStep: 70 * time.Millisecond,
 				Balancer: balancer.Config{Objectives: objectives}},
-				policy.NewSkywalker(policy.DefaultSkywalkerConfig()), func(d Delivery) { got = append(got, d) })
+				policy.NewSkywalker(policy.DefaultSkywalkerConfig()), func(d *Attempt) { got = append(got, d) })
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -438,10 +438,10 @@ func TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst(t *testing.T) {
 // healthy replica has free, and the share of prompt tokens served from
 // cache (decayed per dispatch by ServiceAlpha).
 func TestTheSummaryCarriesWhatAForwardWouldEvict(t *testing.T) {
-	var got []Delivery
+	var got []*Attempt
 	r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4, DefaultReplicaTokens: 10 * 128,
 		Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}}, policy.NewSkywalker(policy.DefaultSkywalkerConfig()),
-		func(d Delivery) { got = append(got, d) })
+		func(d *Attempt) { got = append(got, d) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -452,7 +452,7 @@ func TestTheSummaryCarriesWhatAForwardWouldEvict(t *testing.T) {
 		t.Fatalf("empty region: free %d, hit share %v; want 1280 and 0", l.FreeCacheTokens, l.HitShare)
 	}
 	r.Submit(t0, req("cold", 1, 2, 3, 4))
-	r.End(got[0].Request, Served, 100*time.Millisecond)
+	r.end(got[0].Request, Served, 100*time.Millisecond)
 	r.Submit(t0, req("warm", 1, 2, 3, 4))
 	if got[1].PrefixBlocks != 4 {
 		t.Fatalf("the second request found %d cached blocks, want 4", got[1].PrefixBlocks)

@@ -90,6 +90,26 @@ func (r *Replica) Name() string { return r.name }
 // Healthy reports whether the replica is in service (not ejected).
 func (r *Replica) Healthy() bool { return r.healthy }
 
+// ReplicaState is a replica's bookkeeping as the core holds it: for the
+// debug endpoint and the drivers' parity test.
+type ReplicaState struct {
+	Name                 string
+	Healthy, Probation   bool
+	InFlight             int
+	Failures, Ejections  int // the failure streak, and ejections since it last served
+	PrefillTokens, Ended int
+}
+
+// ReplicaStates lists every replica's bookkeeping, in the region's order.
+func (r *Region) ReplicaStates() []ReplicaState {
+	out := make([]ReplicaState, len(r.replicas))
+	for i, rp := range r.replicas {
+		out[i] = ReplicaState{Name: rp.name, Healthy: rp.healthy, Probation: rp.probation, InFlight: rp.inFlight,
+			Failures: rp.failures, Ejections: rp.ejections, PrefillTokens: rp.prefillTokens, Ended: rp.ended}
+	}
+	return out
+}
+
 // InFlight is the number of requests dispatched to it and not yet done.
 func (r *Replica) InFlight() int { return r.inFlight }
 
@@ -240,23 +260,6 @@ func (r *Region) capacityTokens(rp *Replica) int {
 	return r.cfg.DefaultReplicaTokens
 }
 
-// Outcome says how a dispatched request ended, for its replica's record.
-type Outcome int
-
-// The outcomes of a request on a replica.
-const (
-	// Served: the replica answered in full; the service time (from
-	// dispatch to the last byte) feeds the queue-wait estimate and the
-	// failure streak ends.
-	Served Outcome = iota
-	// ReplicaFailed: refused, reset, 5xx, a stream broken by the replica;
-	// it counts toward passive ejection.
-	ReplicaFailed
-	// Released: ended for a reason that says nothing of the replica (the
-	// client left, or the replica answered a client error).
-	Released
-)
-
 // booking is a dispatched request's claim on its replica, from Deliver to
 // End.
 type booking struct {
@@ -272,11 +275,11 @@ type booking struct {
 	expected   time.Duration // the service it was expected to take (see Region.expectedService)
 }
 
-// FirstToken records that a dispatched request produced its first token
+// firstToken records that a dispatched request produced its first token
 // (the proxy: its first byte) at now: its prefill no longer delays
 // others, and the time it took, against what was estimated when it was
 // submitted, calibrates admission (TTFTBias).
-func (r *Region) FirstToken(now time.Time, req *request.Request) {
+func (r *Region) firstToken(now time.Time, req *request.Request) {
 	b := r.bookings[req]
 	if b == nil || !b.prefilling {
 		return
@@ -361,10 +364,10 @@ func (e *ratioEWMA) observe(actual, estimate float64) {
 	e.estimate += biasAlpha * (estimate - e.estimate)
 }
 
-// End records the end of a dispatched request: its replica's slot frees,
+// end records the end of a dispatched request: its replica's slot frees,
 // and how it went is booked (see Outcome; service is from dispatch to the
 // last byte). A request not dispatched, or already ended, is ignored.
-func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
+func (r *Region) end(req *request.Request, how Outcome, service time.Duration) {
 	b := r.bookings[req]
 	if b == nil {
 		return
@@ -384,7 +387,7 @@ func (r *Region) End(req *request.Request, how Outcome, service time.Duration) {
 	case Served:
 		rp.failures, rp.ejections, rp.probation = 0, 0, false
 		r.service.Observe(service)
-	case ReplicaFailed:
+	case ReplicaFailed, BrokeMidStream:
 		r.fail(rp)
 	}
 }

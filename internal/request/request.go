@@ -64,7 +64,17 @@ type Request struct {
 	// Forwarded marks a request another region already routed here; it must
 	// be served locally and never forwarded again (one hop at most).
 	Forwarded bool
+	// ServeHere marks a request of this region whose forward failed: the
+	// region core sets it when it routes the request again, and it is then
+	// served here, never forwarded (its peer was tried). Unlike Forwarded
+	// the request is still this region's own: its route reason is the
+	// local rule's, and it counts in this region's demand.
+	ServeHere bool
 }
+
+// StaysHere reports whether the request must be served in the region that
+// holds it: it was forwarded in, or its own forward failed.
+func (r *Request) StaysHere() bool { return r.Forwarded || r.ServeHere }
 
 // AllowedIn reports whether the request may be served in a region of the
 // given jurisdiction.

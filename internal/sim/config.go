@@ -2,11 +2,12 @@ package sim
 
 import (
 	"fmt"
-	"skywalker/internal/request"
 	"time"
 
+	"skywalker/internal/profile"
+	"skywalker/internal/request"
+
 	"skywalker/internal/balancer"
-	"skywalker/internal/engine"
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
 )
@@ -15,7 +16,7 @@ import (
 type RegionSpec struct {
 	Name         string
 	Replicas     int
-	Profile      engine.Profile
+	Profile      profile.Profile
 	Jurisdiction string
 	// MaxNumSeqs and KVBlocks override the profile's engine defaults.
 	MaxNumSeqs int
@@ -158,6 +159,6 @@ func (c *Config) withDefaults() error {
 // it for a proxy in front of spec's replicas (see proxy.Config.RegionConfig).
 func (c *Config) regionConfig(spec RegionSpec, blockTokens int) region.Config {
 	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: spec.Name, MaxInFlight: c.MaxInFlight,
-		Prefill: spec.Profile.Prefill(), DecodeStep: spec.Profile.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
-		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth}
+		Prefill: policy.PrefillOf(spec.Profile), DecodeStep: spec.Profile.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
+		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth, Retries: c.Retries}
 }

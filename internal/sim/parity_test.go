@@ -15,6 +15,7 @@ import (
 	"skywalker/internal/engine/server"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
+	"skywalker/internal/profile"
 	"skywalker/internal/proxy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
@@ -63,8 +64,41 @@ func (nopSink) FirstToken(*engine.Sequence, time.Time) {}
 func (nopSink) Token(*engine.Sequence, time.Time)      {}
 func (nopSink) Finished(*engine.Sequence, time.Time)   {}
 
-func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
-	prof, _ := engine.LookupProfile("llama3-8b-a100")
+// parity is one world driven both ways: region us-east of a three-region
+// simulated world (us), and a proxy Router (router) in front of HTTP
+// engines (engines) in the same states, with the same peers' summaries,
+// digests and probes, after one scrape and one health round each.
+type parity struct {
+	w        *world
+	us       *router
+	router   *proxy.Router
+	engines  []*server.Server
+	now      func() time.Time
+	shared   []uint64 // the blocks eu-west's digest holds
+	replicas int
+}
+
+// step advances the shared clock.
+func (p *parity) step(d time.Duration) { p.w.now += d }
+
+// scrape runs a scrape round on each side its own way: the proxy's over
+// HTTP (then its pump), the simulator's scrape event.
+func (p *parity) scrape(t *testing.T) {
+	t.Helper()
+	for i, e := range p.engines {
+		name := fmt.Sprintf("us-east-%d", i)
+		mark := p.router.MarkScrape(name)
+		rec := httptest.NewRecorder()
+		e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		p.router.ObserveScrape(name, mark, rec.Code, rec.Body)
+	}
+	p.router.Pump()
+	mustHandle(t, p.w, event{kind: evScrape, router: 0})
+}
+
+func newParity(t *testing.T) *parity {
+	t.Helper()
+	prof, _ := profile.Lookup("llama3-8b-a100")
 	const replicas = 3
 
 	// The simulator's driver: region us-east of a three-region world.
@@ -119,13 +153,16 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		table.Join(p.Region, p)
 	}
 	peerDigest := digest.New("eu-west", "eu-west", 3, 10_000, 0.01)
-	shared := []uint64{501, 502, 503, 504, 505, 506, 507, 508, 509, 510, 511, 512, 513, 514, 515, 516, 517, 518, 519, 520}
+	shared := make([]uint64, 160) // a 20k-token document: worth the trip to eu-west
+	for i := range shared {
+		shared[i] = uint64(501 + i)
+	}
 	for _, b := range shared {
 		peerDigest.Add(b)
 	}
 	peerDigest = peerDigest.Clone()
-	euLoad := region.Load{QueueWait: 40 * time.Millisecond, Queued: 1, Replicas: 4, Slots: 256, Outstanding: 30, Prefill: prof.Prefill()}
-	apLoad := region.Load{Queued: 0, Replicas: 4, Slots: 256, Outstanding: 3, Prefill: prof.Prefill()}
+	euLoad := region.Load{QueueWait: 40 * time.Millisecond, Queued: 1, Replicas: 4, Slots: 256, Outstanding: 30, Prefill: policy.PrefillOf(prof)}
+	apLoad := region.Load{Queued: 0, Replicas: 4, Slots: 256, Outstanding: 3, Prefill: policy.PrefillOf(prof)}
 	step := func(d time.Duration) { w.now += d }
 	step(10 * time.Millisecond)
 	table.ObserveLoad("eu-west", 7, euLoad, now())
@@ -147,23 +184,20 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	// A scrape round and a health round, each side its own way, then the
 	// pump that follows a scrape round.
 	step(30 * time.Millisecond)
-	scrapeProxy := func() {
-		for i, e := range engines {
-			name := fmt.Sprintf("us-east-%d", i)
-			mark := router.MarkScrape(name)
-			rec := httptest.NewRecorder()
-			e.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-			router.ObserveScrape(name, mark, rec.Code, rec.Body)
-		}
-		router.Pump()
-	}
-	scrapeProxy()
-	mustHandle(t, w, event{kind: evScrape, router: 0})
+	p := &parity{w: w, us: us, router: router, engines: engines, now: now, shared: shared, replicas: replicas}
+	p.scrape(t)
 	for i := range replicas {
 		router.ObserveHealth(fmt.Sprintf("us-east-%d", i), true)
 	}
 	mustHandle(t, w, event{kind: evHealth, router: 0})
+	return p
+}
 
+func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
+	p := newParity(t)
+	w, us, router, engines, now, shared := p.w, p.us, p.router, p.engines, p.now, p.shared
+	step := p.step
+	scrapeProxy := func() { p.scrape(t) }
 	probes := []*request.Request{
 		probe("short, nothing cached", 2, ""),
 		probe("long, cached at eu-west", 24, "", shared...),
@@ -198,7 +232,7 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	// Arrivals: each side routes the same requests its own way; what the
 	// proxy dispatches reaches its engine as the HTTP request would.
 	var dispatched []*simRequest
-	proxyReqs := map[string]*request.Request{}
+	proxyAttempts := map[string]*region.Attempt{}
 	for i, req := range probes {
 		if req.Residency == "ap" {
 			continue // would be held: nothing to deliver
@@ -209,7 +243,6 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		pd, err := router.Route(ctx, &preq)
 		cancel()
-		proxyReqs[preq.ID] = &preq
 		if err != nil {
 			t.Fatalf("proxy: %s was not routed: %v", req.ID, err)
 		}
@@ -218,6 +251,7 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		proxyTarget, simTarget := "forward to "+peerName(pd.Peer), "forward to "+regionName(w, sr.forwardedTo)
 		if pd.Replica != nil {
 			proxyTarget = "dispatch to " + pd.Replica.Name()
+			proxyAttempts[preq.ID] = pd.Attempt
 			i := replicaIndex(pd.Replica.Name())
 			engines[i].Engine(func(e *engine.Engine) {
 				_ = e.Add(&engine.Sequence{ID: preq.ID, PromptTokens: preq.PromptTokens, MaxTokens: preq.MaxTokens, Units: preq.Blocks,
@@ -237,14 +271,15 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	}
 	compare("after the arrivals")
 	scrapeProxy()
-	mustHandle(t, w, event{kind: evScrape, router: 0})
 	compare("after the arrivals were scraped")
 
 	// Completions: the proxy measures service from send to last byte, the
 	// simulator from dispatch to the engine's finish.
 	step(1200 * time.Millisecond)
 	for _, sr := range dispatched {
-		router.Done(proxyReqs[sr.req.ID], w.now-sr.dispatched, region.Served)
+		if _, _, err := router.End(context.Background(), proxyAttempts[sr.req.ID], region.Served); err != nil {
+			t.Fatal(err)
+		}
 		sr.firstToken = w.now
 		sink{r: us, rp: sr.replica}.Finished(&engine.Sequence{ID: sr.req.ID, PromptTokens: sr.req.PromptTokens, Generated: 2, Data: sr}, now())
 	}
@@ -304,7 +339,7 @@ func ptr[T any](v T) *T { return &v }
 // of the model; the replicas the policy then sees must be identical. (The
 // whole-region test above has no engine queue.)
 func TestProxyAndSimulatorScrapeEnginesAlike(t *testing.T) {
-	prof, _ := engine.LookupProfile("llama3-8b-l4")
+	prof, _ := profile.Lookup("llama3-8b-l4")
 	states := []struct {
 		name       string
 		cfg        engine.Config
@@ -349,7 +384,7 @@ func TestProxyAndSimulatorScrapeEnginesAlike(t *testing.T) {
 			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 			router.ObserveScrape("r0", router.MarkScrape("r0"), rec.Code, rec.Body)
 
-			core, err := region.New(pcfg.RegionConfig(), pol, func(region.Delivery) {})
+			core, err := region.New(pcfg.RegionConfig(), pol, func(*region.Attempt) {})
 			if err != nil {
 				t.Fatal(err)
 			}

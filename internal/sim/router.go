@@ -21,9 +21,11 @@ type simRequest struct {
 	forwardedTo int // the router the ingress forwarded it to, or -1
 	arrival     time.Duration
 	dispatched  time.Duration
-	firstToken  time.Duration // engine time of the first token; -1 until then
-	retries     int           // times routed again after failing before its first byte
-	replica     *replica      // where it runs (or is being sent) while dispatched
+	firstToken  time.Duration   // engine time of the first token; -1 until then
+	retries     int             // times routed again after failing before its first byte
+	replica     *replica        // where it runs (or is being sent) while dispatched
+	attempt     *region.Attempt // its dispatch, while it has one
+	forward     *region.Attempt // the ingress's forward of it, while it has one
 	seq         *engine.Sequence
 	gone        bool // ended: completed, dropped, or its client gave up
 }
@@ -58,8 +60,12 @@ type router struct {
 	loads    region.LoadPublisher
 	sentGen  uint64 // digest generation last published
 	expireAt time.Duration
-	needPump bool
 	peerBuf  []region.Peer // the core's peers' snapshot, rewritten in place
+	// stepping is set while an engine step's events are applied: a
+	// request dispatched then (an ended one's slot pumped) reaches its
+	// engine once the step is over, in deferred.
+	stepping bool
+	deferred []*simRequest
 }
 
 // newRouter builds the router at site, in front of the replicas of sites
@@ -155,25 +161,32 @@ func (r *router) submit(sr *simRequest) {
 	r.scheduleExpire()
 }
 
-// delivered receives the region core's outcomes.
-func (r *router) delivered(d region.Delivery) {
-	sr := r.w.live[d.Request]
-	if d.Err != nil {
-		r.w.rejected(sr, r.idx, d.Err)
+// delivered receives the region core's attempts.
+func (r *router) delivered(a *region.Attempt) {
+	sr := r.w.live[a.Request]
+	if sr == nil || sr.gone {
+		a.End(r.now(), region.Released) // its client gave up as it was routed
 		return
 	}
-	switch d.Decision.Action {
-	case policy.Dispatch:
-		rp := r.replicas[d.Decision.Replica]
-		sr.dispatched, sr.replica = r.w.now, rp
-		if rp.site == r.site {
+	if a.Err != nil {
+		r.w.rejected(sr, r.idx, a.Err)
+		return
+	}
+	switch {
+	case a.Dispatched():
+		rp := r.replicas[a.Decision.Replica]
+		sr.dispatched, sr.replica, sr.attempt = r.w.now, rp, a
+		switch {
+		case rp.site != r.site:
+			r.w.push(event{at: r.w.now + r.w.oneWay(r.site, rp.site), kind: evDispatchArrive, router: int32(r.idx), req: sr})
+		case r.stepping:
+			r.deferred = append(r.deferred, sr)
+		default:
 			r.reachEngine(sr)
-			return
 		}
-		r.w.push(event{at: r.w.now + r.w.oneWay(r.site, rp.site), kind: evDispatchArrive, router: int32(r.idx), req: sr})
-	case policy.Forward:
-		to := r.w.routerAt[d.Peer.Region]
-		sr.forwardedTo, sr.at = to, -1
+	case a.Forwarded():
+		to := r.w.routerAt[a.Peer.Region]
+		sr.forwardedTo, sr.at, sr.forward = to, -1, a
 		r.w.forward(sr, r, r.w.routers[to])
 	}
 }
@@ -186,7 +199,7 @@ const refusedAfter = time.Millisecond
 func (r *router) reachEngine(sr *simRequest) {
 	rp := sr.replica
 	if sr.gone { // its client gave up on the way
-		r.endOn(rp, sr, region.Released, 0)
+		r.end(sr, region.Released)
 		return
 	}
 	if rp.down > 0 {
@@ -199,7 +212,7 @@ func (r *router) reachEngine(sr *simRequest) {
 	if err := rp.eng.Add(seq); err != nil {
 		// The engine answers 400 (the prompt can never fit): the client
 		// gets it, and the replica is not to blame.
-		r.endOn(rp, sr, region.Released, 0)
+		r.end(sr, region.Released)
 		r.w.drop(sr, string(apierr.InvalidRequest))
 		return
 	}
@@ -207,28 +220,37 @@ func (r *router) reachEngine(sr *simRequest) {
 	r.kick(rp)
 }
 
-// endOn books the end of sr's attempt on rp in the core now.
-func (r *router) endOn(rp *replica, sr *simRequest, how region.Outcome, service time.Duration) {
-	r.core.End(sr.req, how, service)
-	sr.replica, sr.seq = nil, nil
+// end ends sr's dispatch now with how; the core frees the slot, pumps,
+// and says what comes next.
+func (r *router) end(sr *simRequest, how region.Outcome) region.Next {
+	a := sr.attempt
+	sr.attempt, sr.replica, sr.seq = nil, nil, nil
+	if a == nil {
+		return region.Next{}
+	}
+	next := a.End(r.now(), how)
+	r.scheduleExpire()
+	return next
 }
 
 // failedBeforeFirstByte handles a request whose replica failed before it
-// streamed anything: the failure counts against the replica, and the
-// request is routed again (at most Retries times), as the proxy retries.
+// streamed anything: the failure counts against the replica, and the core
+// routes the request again within its retry bound, as the proxy retries.
+// Once its client has left, nothing is retried and the replica is not
+// blamed (the proxy cannot tell the two apart either).
 func (r *router) failedBeforeFirstByte(sr *simRequest) {
-	if rp := sr.replica; rp != nil {
-		r.endOn(rp, sr, region.ReplicaFailed, 0)
-	}
 	if sr.gone {
+		r.end(sr, region.Released)
 		return
 	}
-	if sr.retries >= r.w.cfg.Retries {
-		r.w.rejected(sr, r.idx, apierr.New(apierr.Upstream, "no replica could serve the request"))
-		return
+	sr.at = r.idx
+	next := r.end(sr, region.ReplicaFailed)
+	switch {
+	case next.Retry:
+		sr.retries++
+	case next.Err != nil:
+		r.w.rejected(sr, r.idx, next.Err)
 	}
-	sr.retries++
-	r.submit(sr)
 }
 
 // kick starts replica rp's next engine step if it is idle and has work.
@@ -252,12 +274,16 @@ func (r *router) stepEnd(i int, epoch uint32) {
 	if epoch != rp.epoch {
 		return // the engine crashed during the step
 	}
+	r.stepping = true
 	rp.eng.EndStep(r.now(), sink{r: r, rp: rp})
-	if r.needPump {
-		r.needPump = false
-		r.core.PumpDepth(r.now(), 1)
-		r.scheduleExpire()
+	r.stepping = false
+	for i, sr := range r.deferred {
+		r.deferred[i] = nil
+		if sr.attempt != nil && sr.replica != nil {
+			r.reachEngine(sr)
+		}
 	}
+	r.deferred = r.deferred[:0]
 	r.kick(rp)
 }
 
@@ -273,10 +299,10 @@ func (k sink) FirstToken(s *engine.Sequence, _ time.Time) {
 	sr := s.Data.(*simRequest)
 	sr.firstToken = k.r.w.now
 	if k.rp.site == k.r.site {
-		k.r.core.FirstToken(k.r.now(), sr.req)
+		sr.attempt.FirstToken(k.r.now())
 		return
 	}
-	k.r.w.push(event{at: k.r.w.now + k.r.w.oneWay(k.rp.site, k.r.site), kind: evFirstNotice, router: int32(k.r.idx), req: sr})
+	k.r.w.push(event{at: k.r.w.now + k.r.w.oneWay(k.rp.site, k.r.site), kind: evFirstNotice, router: int32(k.r.idx), req: sr, payload: sr.attempt})
 }
 
 func (k sink) Token(*engine.Sequence, time.Time) {}
@@ -287,16 +313,13 @@ func (k sink) Token(*engine.Sequence, time.Time) {}
 func (k sink) Finished(s *engine.Sequence, _ time.Time) {
 	sr := s.Data.(*simRequest)
 	r, rp, w := k.r, k.rp, k.r.w
-	service := w.now - sr.dispatched
 	sr.seq = nil
-	r.core.CacheReported(sr.req, s.CachedTokens) // as the engine's usage reports it
+	sr.attempt.CacheReported(s.CachedTokens) // as the engine's usage reports it
 	if rp.site == r.site {
-		r.endOn(rp, sr, region.Served, service)
-		r.needPump = true
+		r.end(sr, region.Served)
 	} else {
-		back := w.oneWay(rp.site, r.site)
-		w.push(event{at: w.now + back, kind: evEndNotice, router: int32(r.idx), req: sr, payload: service + back})
-		sr.replica = nil
+		w.push(event{at: w.now + w.oneWay(rp.site, r.site), kind: evEndNotice, router: int32(r.idx), req: sr, payload: sr.attempt})
+		sr.attempt, sr.replica = nil, nil
 	}
 	w.finish(sr, rp, s)
 }
@@ -400,7 +423,7 @@ func (r *router) crash(rp *replica) {
 	rp.eng = engine.New(rp.cfg)
 	for _, sr := range lost {
 		if sr.firstToken >= 0 {
-			r.endOn(rp, sr, region.ReplicaFailed, 0)
+			r.end(sr, region.BrokeMidStream)
 			r.w.drop(sr, "failed_midstream")
 			continue
 		}

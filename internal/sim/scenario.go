@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"skywalker/internal/balancer"
-	"skywalker/internal/engine"
 	"skywalker/internal/policy"
+	"skywalker/internal/profile"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 	"skywalker/internal/strictyaml"
@@ -210,7 +210,7 @@ func (s *Scenario) validate() error {
 		check(r.Weight >= 0, "regions[%d].weight must not be negative", i)
 		check(r.MaxNumSeqs >= 0 && r.MaxNumSeqs <= 4096, "regions[%d].max_num_seqs must be in 0..4096", i)
 		check(r.KVBlocks >= 0 && r.KVBlocks <= 10_000_000, "regions[%d].kv_blocks must be in 0..10000000", i)
-		if _, err := engine.LookupProfile(r.Profile); err != nil {
+		if _, err := profile.Lookup(r.Profile); err != nil {
 			errs = append(errs, fmt.Errorf("regions[%d].profile: %w", i, err))
 		}
 	}
@@ -306,7 +306,7 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 			cfg.Balancer.Objectives[c] = cfg.SLO
 		}
 	}
-	first, err := engine.LookupProfile(s.Regions[0].Profile)
+	first, err := profile.Lookup(s.Regions[0].Profile)
 	if err != nil {
 		return Config{}, nil, err
 	}
@@ -314,12 +314,12 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 	if s.Control.MaxWANRTT > 0 {
 		maxWAN = s.Control.MaxWANRTT
 	}
-	pc := first.PolicyConfig(maxWAN)
+	pc := policy.ConfigFor(first, maxWAN)
 	cfg.PolicyConfig = &pc
 	idx := map[string]int{}
 	var loads []workload.RegionLoad
 	for i, r := range s.Regions {
-		p, err := engine.LookupProfile(r.Profile)
+		p, err := profile.Lookup(r.Profile)
 		if err != nil {
 			return Config{}, nil, err
 		}

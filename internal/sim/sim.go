@@ -255,13 +255,14 @@ func (w *world) handle(e event) error {
 		}
 	case evForwardArrive:
 		if !e.req.gone {
-			e.req.req.Forwarded = true
+			e.req.req.Forwarded = true // a peer routed it here
 			r.submit(e.req)
 		}
 	case evForwardFailed:
 		w.forwardFailed(e.req, r, e.payload.(*apierr.Error))
 	case evForwardDone:
-		r.core.ForwardDone(e.payload.(string))
+		e.payload.(*region.Attempt).End(r.now(), region.Served)
+		r.scheduleExpire()
 	case evDispatchArrive:
 		r.reachEngine(e.req)
 	case evRefused:
@@ -269,11 +270,10 @@ func (w *world) handle(e event) error {
 	case evStepEnd:
 		r.stepEnd(int(e.replica), e.epoch)
 	case evEndNotice:
-		r.core.End(e.req.req, region.Served, e.payload.(time.Duration))
-		r.core.PumpDepth(r.now(), 1)
+		e.payload.(*region.Attempt).End(r.now(), region.Served)
 		r.scheduleExpire()
 	case evFirstNotice:
-		r.core.FirstToken(r.now(), e.req.req)
+		e.payload.(*region.Attempt).FirstToken(r.now())
 	case evClientTimeout:
 		w.giveUp(e.req)
 	case evScrape:
@@ -354,20 +354,29 @@ func (w *world) rejected(sr *simRequest, at int, err *apierr.Error) {
 	w.drop(sr, string(err.Code))
 }
 
-// forwardFailed handles a peer's refusal at the ingress r.
+// forwardFailed handles a peer's refusal at the ingress r: a client
+// error goes to the client; a 5xx is routed again by the core (and served
+// here) within the retry bound.
 func (w *world) forwardFailed(sr *simRequest, r *router, err *apierr.Error) {
 	if sr.gone {
 		return // its client gave up; the forward was closed then
 	}
-	r.core.ForwardDone(w.routers[sr.forwardedTo].name)
-	sr.forwardedTo = -1
-	if err.Status() < 500 || sr.retries >= w.cfg.Retries {
+	a := sr.forward
+	sr.forward, sr.forwardedTo = nil, -1
+	sr.req.Forwarded = false // the peer's mark: at its ingress the request is its own (the proxy's copy never had it)
+	if err.Status() < 500 {
+		a.End(r.now(), region.Released)
+		w.drop(sr, string(err.Code))
+		return
+	}
+	sr.at = r.idx
+	next := a.End(r.now(), region.ReplicaFailed)
+	r.scheduleExpire()
+	if !next.Retry {
 		w.drop(sr, string(err.Code))
 		return
 	}
 	sr.retries++
-	sr.req.Forwarded = true // the peer failed: serve it here
-	r.submit(sr)
 }
 
 // giveUp is a client that waited ClientTimeout without a first token: it
@@ -381,7 +390,7 @@ func (w *world) giveUp(sr *simRequest) {
 	case sr.seq != nil:
 		rp := sr.replica
 		rp.eng.Abort(sr.seq)
-		rp.router.endOn(rp, sr, region.Released, 0)
+		rp.router.end(sr, region.Released)
 	case sr.replica != nil:
 		// On its way to a replica: released when it gets there (gone).
 	case sr.at >= 0:
@@ -399,8 +408,8 @@ func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
 	if sr.forwardedTo >= 0 {
 		in := w.routers[sr.ingress]
 		back += w.oneWay(r.site, in.site)
-		w.push(event{at: w.now + back, kind: evForwardDone, router: int32(sr.ingress), payload: r.name})
-		sr.forwardedTo = -1
+		w.push(event{at: w.now + back, kind: evForwardDone, router: int32(sr.ingress), payload: sr.forward})
+		sr.forward, sr.forwardedTo = nil, -1
 	}
 	back += w.clientWay(w.routers[sr.ingress].site, sr.client)
 	smp := w.sample(sr, "")
@@ -434,11 +443,13 @@ func (w *world) drop(sr *simRequest, reason string) {
 	if sr.gone {
 		return
 	}
-	if sr.forwardedTo >= 0 {
+	if sr.forward != nil {
 		// Whatever ends a forwarded request ends the ingress's forward.
-		w.routers[sr.ingress].core.ForwardDone(w.routers[sr.forwardedTo].name)
-		sr.forwardedTo = -1
+		in := w.routers[sr.ingress]
+		sr.forward.End(in.now(), region.Released)
+		in.scheduleExpire()
 	}
+	sr.forward, sr.forwardedTo = nil, -1
 	w.collect.Add(w.sample(sr, reason))
 	w.settle(sr)
 }

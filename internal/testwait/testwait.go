@@ -26,3 +26,21 @@ func Eventually(tb testing.TB, within time.Duration, what string, cond func() (o
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Holds polls cond every 20 ms for the whole of during and fails the test
+// the moment it reports false, with what it said went wrong: for what must
+// NOT happen (a node that must not join, members that must not be lost),
+// which no wait can confirm early.
+func Holds(tb testing.TB, during time.Duration, what string, cond func() (ok bool, wrong string)) {
+	tb.Helper()
+	start := time.Now()
+	for {
+		if ok, wrong := cond(); !ok {
+			tb.Fatalf("%s: broken after %v: %s", what, time.Since(start).Round(time.Millisecond), wrong)
+		}
+		if time.Since(start) > during {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

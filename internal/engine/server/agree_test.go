@@ -13,6 +13,7 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/profile"
 	"skywalker/internal/request"
 	"skywalker/internal/results"
 )
@@ -50,7 +51,7 @@ func body(c agreementCase) string {
 // 5% slower).
 func agreement(tb testing.TB) (p50, p90 float64) {
 	const scale = 5.0
-	p, _ := engine.LookupProfile("llama3-8b-l4")
+	p, _ := profile.Lookup("llama3-8b-l4")
 	cases := agreementWorkload()
 
 	// Virtual driver.

@@ -3,22 +3,22 @@ package server
 import (
 	"testing"
 
-	"skywalker/internal/engine"
+	"skywalker/internal/profile"
 )
 
 // StartForTest runs a server with the given profile on a loopback listener
 // for the test's lifetime and returns it with its base URL. Zero fields of
 // cfg get test defaults: model "test-model", the A100 profile unless one is
 // named, 50× real time.
-func StartForTest(tb testing.TB, profile string, cfg Config) (*Server, string) {
+func StartForTest(tb testing.TB, profileName string, cfg Config) (*Server, string) {
 	tb.Helper()
 	if cfg.Model == "" {
 		cfg.Model = "test-model"
 	}
-	if profile == "" {
-		profile = "llama3-8b-a100"
+	if profileName == "" {
+		profileName = "llama3-8b-a100"
 	}
-	p, err := engine.LookupProfile(profile)
+	p, err := profile.Lookup(profileName)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"skywalker/internal/engine"
+	"skywalker/internal/profile"
 )
 
 func start(t *testing.T, cfg Config) (*Server, string) {
@@ -263,7 +264,7 @@ func TestModelsAndHealth(t *testing.T) {
 }
 
 func ExampleServer() {
-	p, _ := engine.LookupProfile("llama3-8b-h100")
+	p, _ := profile.Lookup("llama3-8b-h100")
 	srv, _ := New(Config{Model: "llama3", Engine: engine.Config{Profile: p}, TimeScale: 100})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
 	"skywalker/internal/node"
+	"skywalker/internal/profile"
 	"skywalker/internal/testwait"
 )
 
@@ -31,7 +32,7 @@ func Start(t testing.TB, o Options) *node.Cluster {
 		o.Engine.Model = "m"
 	}
 	if o.Engine.Engine.Profile.Name == "" {
-		o.Engine.Engine.Profile, _ = engine.LookupProfile("llama3-8b-a100")
+		o.Engine.Engine.Profile, _ = profile.Lookup("llama3-8b-a100")
 	}
 	if o.Engine.TimeScale == 0 {
 		o.Engine.TimeScale = 20
@@ -50,7 +51,7 @@ func Start(t testing.TB, o Options) *node.Cluster {
 // EngineConfig is the default engine configuration of a test cluster with
 // another time scale.
 func EngineConfig(timeScale float64) server.Config {
-	p, _ := engine.LookupProfile("llama3-8b-a100")
+	p, _ := profile.Lookup("llama3-8b-a100")
 	return server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: timeScale}
 }
 

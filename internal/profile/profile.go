@@ -1,12 +1,16 @@
-package engine
+// Package profile is the hardware profiles: the step-time model of one
+// model on one kind of GPU, and the engine defaults that go with it. The
+// engine model runs them; the routing policies and the proxy read their
+// prefill and decode costs (policy.PrefillOf, policy.ConfigFor). It imports
+// nothing of the product, so the decision core and the engine model both
+// depend on it and not on each other.
+package profile
 
 import (
 	"fmt"
 	"sort"
 	"strings"
 	"time"
-
-	"skywalker/internal/policy"
 )
 
 // Profile is the step-time model of one model on one kind of hardware, plus
@@ -40,7 +44,7 @@ type Profile struct {
 	AttendPerPair    float64 // nanoseconds
 	// QueuePerToken is how much a new request's TTFT grows per prompt
 	// token already in flight at the replica (GORGO's c_queue), as
-	// FitQueueCost measures it on this profile; a test keeps the two
+	// engine.FitQueueCost measures it on this profile; a test keeps the two
 	// within 25%.
 	QueuePerToken time.Duration
 	// Engine defaults for this hardware.
@@ -101,23 +105,23 @@ var profiles = map[string]Profile{
 	},
 }
 
-// DefaultProfile is the profile used when none is named.
-const DefaultProfile = "llama3-8b-l4"
+// Default is the profile used when none is named.
+const Default = "llama3-8b-l4"
 
-// LookupProfile returns a shipped profile by name.
-func LookupProfile(name string) (Profile, error) {
+// Lookup returns a shipped profile by name ("" is Default).
+func Lookup(name string) (Profile, error) {
 	if name == "" {
-		name = DefaultProfile
+		name = Default
 	}
 	p, ok := profiles[name]
 	if !ok {
-		return Profile{}, fmt.Errorf("unknown engine profile %q (known: %s)", name, strings.Join(ProfileNames(), ", "))
+		return Profile{}, fmt.Errorf("unknown engine profile %q (known: %s)", name, strings.Join(Names(), ", "))
 	}
 	return p, nil
 }
 
-// ProfileNames lists the shipped profiles.
-func ProfileNames() []string {
+// Names lists the shipped profiles.
+func Names() []string {
 	names := make([]string, 0, len(profiles))
 	for n := range profiles {
 		names = append(names, n)
@@ -132,24 +136,6 @@ func (p *Profile) StepTime(prefillTokens, decodeSeqs, decodeKVTokens int, prefil
 	compute := time.Duration(prefillTokens)*p.PrefillPerToken + time.Duration(decodeSeqs)*p.DecodePerSeq +
 		time.Duration(prefillPairs*p.AttendPerPair)
 	return max(memory, compute)
-}
-
-// PolicyConfig is every policy's default configuration for replicas of
-// this profile behind a WAN threshold of maxWANRTT: GORGO's per-token costs
-// are the profile's own.
-func (p *Profile) PolicyConfig(maxWANRTT time.Duration) policy.Config {
-	pc := policy.DefaultConfig()
-	pc.Skywalker.MaxWANRTT = maxWANRTT
-	pc.Gorgo = policy.GorgoConfig{PrefillPerToken: p.PrefillPerToken, QueuePerToken: p.QueuePerToken}
-	return pc
-}
-
-// Prefill returns the routing policies' estimate of this profile's prefill
-// time: the per-token cost and half the pair cost per token² (a prompt of
-// n tokens has about n²/2 attention pairs), at least one iteration's
-// memory time.
-func (p *Profile) Prefill() policy.PrefillProfile {
-	return policy.PrefillProfile{Fixed: p.StepOverhead, PerToken: p.PrefillPerToken, PerTokenSquared: p.AttendPerPair / 2}
 }
 
 // DecodeStep is the time per output token of one request at a light batch:

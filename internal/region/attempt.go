@@ -1,0 +1,217 @@
+package region
+
+import (
+	"time"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/balancer"
+	"skywalker/internal/policy"
+)
+
+// A request's life in the core, the same for every driver:
+//
+//	Submit ──► Attempt (dispatch to a replica, or forward to a peer)
+//	              │ FirstToken(now)        its first token (the proxy: byte) reached the driver
+//	              │ CacheReported(tokens)  the engine said how much it had cached
+//	              ▼ End(now, how) ──► Next: done, the client's error, or Retry
+//	                                   (routed again: the next Attempt is
+//	                                   delivered as the first was)
+//
+// or a rejection: an Attempt with Err set and nothing to end. End books
+// the outcome (the service time, the replica's failure streak), frees the
+// slot or the in-flight forward, pumps the queue into what it freed,
+// applies the retry bound (Config.Retries) and the serve-here rule: a
+// request whose forward failed is routed again with request.ServeHere set
+// and served in this region. The drivers keep only what is theirs: the
+// proxy its lock, waiting handlers and HTTP; the simulator its events.
+
+// Attempt is one try at serving a request, handed to the driver when the
+// core delivers a decision. Its methods must be called in order, from the
+// driver that holds the region (they are not safe for concurrent use,
+// like the Region): FirstToken at most once, CacheReported before End, End
+// (or Continue) exactly once. An ended attempt ignores further calls.
+type Attempt struct {
+	balancer.Outcome
+	// Replica is the local replica, for a Dispatch. Its slot is taken until
+	// End.
+	Replica *Replica
+	// Peer is the peer region as the decision saw it, for a Forward. It
+	// counts as in flight there until End.
+	Peer *Peer
+	// PrefixBlocks is how many leading blocks of the request the chosen
+	// replica was believed to hold.
+	PrefixBlocks int
+	// Number is 1 for a request's first attempt, n+1 for its n-th retry.
+	Number int
+
+	r     *Region
+	sent  time.Time // when the decision was delivered
+	first bool      // FirstToken was reported
+	ended bool
+}
+
+// Outcome says how an attempt ended.
+type Outcome int
+
+// The outcomes of an attempt.
+const (
+	// Served: the target answered in full (or answered a client error that
+	// went to the client as it was); for a replica, the service time
+	// (from dispatch to the end) feeds the queue-wait estimate and its
+	// failure streak ends.
+	Served Outcome = iota
+	// ReplicaFailed: the target failed before anything reached the
+	// client (refused, reset, a 5xx, no first byte in time). It counts
+	// toward the replica's passive ejection, and the request is routed
+	// again while Config.Retries allows — served here if it was a
+	// forward that failed.
+	ReplicaFailed
+	// BrokeMidStream: the target failed after its stream reached the
+	// client. It counts against the replica like ReplicaFailed; End does
+	// not retry it (Continue does, for a driver that can resume a stream).
+	BrokeMidStream
+	// Released: ended for a reason that says nothing of the target: the
+	// client left, or the proxy is shutting down.
+	Released
+)
+
+// Next is what End says comes next.
+type Next struct {
+	// Retry: the request was routed again. Its next attempt is delivered
+	// to the driver as the first was, possibly before End returns.
+	Retry bool
+	// Err is what the client is told when the attempt failed and nothing
+	// is retried: no retry was left, or the stream broke midway. Nil when
+	// the request is done (served or released) or retried.
+	Err *apierr.Error
+}
+
+// Errors End gives when it does not retry.
+var (
+	errExhausted = apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request", RetryAfter: time.Second}
+	errMidStream = apierr.Error{Code: apierr.Upstream, Message: "the upstream stream failed midway"}
+)
+
+// Dispatched reports whether the attempt runs on a local replica.
+func (a *Attempt) Dispatched() bool { return a.Err == nil && a.Replica != nil }
+
+// Forwarded reports whether the attempt was forwarded to a peer region.
+func (a *Attempt) Forwarded() bool { return a.Err == nil && a.Peer != nil }
+
+// FirstToken records that the attempt's first token reached the driver at
+// now (the proxy: the first body byte). For a dispatch, its prefill no
+// longer delays the replica's next requests and the time it took
+// calibrates admission (Region.TTFTBias).
+func (a *Attempt) FirstToken(now time.Time) {
+	if a.ended || a.first || a.Err != nil {
+		return
+	}
+	a.first = true
+	if a.Replica != nil {
+		a.r.firstToken(now, a.Request)
+	}
+}
+
+// CacheReported records the prompt tokens the engine reported cached
+// (usage.prompt_tokens_details.cached_tokens): cache-truth feedback for
+// the prefix index. Only a dispatch has an engine to report.
+func (a *Attempt) CacheReported(cachedTokens int) {
+	if a.ended || a.Replica == nil || a.Err != nil {
+		return
+	}
+	a.r.cacheReported(a.Request, cachedTokens)
+}
+
+// End ends the attempt at now with how, and says what comes next (see
+// the package's life of a request). A second End, or End of a rejection,
+// does nothing and returns the zero Next.
+func (a *Attempt) End(now time.Time, how Outcome) Next {
+	if !a.finish(now, how) {
+		return Next{}
+	}
+	switch how {
+	case ReplicaFailed:
+		return a.r.retry(now, a)
+	case BrokeMidStream:
+		e := errMidStream
+		return Next{Err: &e}
+	}
+	return Next{}
+}
+
+// Continue ends an attempt whose stream broke after it reached the client
+// (as BrokeMidStream) and routes the request again, for a driver that
+// continues the client's stream from another target (mid-stream
+// failover); the retry bound applies as for a failure before the first
+// token.
+func (a *Attempt) Continue(now time.Time) Next {
+	if !a.finish(now, BrokeMidStream) {
+		return Next{}
+	}
+	return a.r.retry(now, a)
+}
+
+// finish books the attempt's end once, frees what it took and pumps the
+// queue; it reports whether it did (false for a rejection or a second
+// end).
+func (a *Attempt) finish(now time.Time, how Outcome) bool {
+	if a.ended || a.Err != nil {
+		return false
+	}
+	a.ended = true
+	r := a.r
+	switch {
+	case a.Replica != nil:
+		var service time.Duration
+		if !a.sent.IsZero() {
+			service = now.Sub(a.sent)
+		}
+		r.end(a.Request, how, service)
+	case a.Peer != nil:
+		r.forwardDone(a.Peer.Region)
+	}
+	r.bal.PumpDepth(now, r, 1)
+	return true
+}
+
+// retry routes a's request again, unless it has had its Retries: a
+// request whose forward failed is then served here.
+func (r *Region) retry(now time.Time, a *Attempt) Next {
+	if a.Number > r.cfg.Retries {
+		e := errExhausted
+		return Next{Err: &e}
+	}
+	if a.Peer != nil {
+		a.Request.ServeHere = true
+	}
+	r.retries[a.Request] = a.Number
+	r.bal.Submit(now, a.Request, r)
+	return Next{Retry: true}
+}
+
+// Deliver implements balancer.Env: a dispatch takes a slot on its replica
+// and teaches the prefix index (and so the next digest) that the replica
+// now holds the request's prefix; a forward counts as in flight at the
+// peer. Then the driver gets the attempt.
+func (r *Region) Deliver(o balancer.Outcome) {
+	a := &Attempt{Outcome: o, r: r, Number: r.retries[o.Request] + 1}
+	delete(r.retries, o.Request)
+	if !o.Submitted.IsZero() {
+		a.sent = o.Submitted.Add(o.Waited)
+	}
+	if o.Err == nil {
+		switch o.Decision.Action {
+		case policy.Dispatch:
+			a.Replica = r.replicas[o.Decision.Replica]
+			a.PrefixBlocks = r.view.Local.Replicas[o.Decision.Replica].PrefixBlocks
+			r.book(o, a.Replica, a.PrefixBlocks)
+		case policy.Forward:
+			p := r.peers[o.Decision.Peer]
+			a.Peer = &p
+			r.forwarding[p.Region]++
+		}
+	}
+	r.deliver(a)
+}
+
+var _ balancer.Env = (*Region)(nil)

@@ -1,0 +1,141 @@
+package region
+
+import (
+	"testing"
+	"time"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/policy"
+)
+
+// last is the newest attempt delivered.
+func last(t *testing.T, got *[]*Attempt) *Attempt {
+	t.Helper()
+	if len(*got) == 0 {
+		t.Fatal("nothing was delivered")
+	}
+	return (*got)[len(*got)-1]
+}
+
+// A dispatch that fails before its first token is routed again until the
+// region's Retries are spent; each failure counts against the replica;
+// then the client is told nobody could serve it.
+func TestAFailedAttemptIsRetriedWithinTheBound(t *testing.T) {
+	r, got := newTestRegion(t, 3)
+	r.Submit(t0, req("a", 1, 2))
+	for n := 1; n <= 3; n++ {
+		a := last(t, got)
+		if !a.Dispatched() || a.Number != n {
+			t.Fatalf("attempt %d: %+v, want a dispatch numbered %d", n, a, n)
+		}
+		next := a.End(t0.Add(time.Duration(n)*time.Second), ReplicaFailed)
+		if wantRetry := n <= 2; next.Retry != wantRetry || (next.Err != nil) == wantRetry {
+			t.Fatalf("attempt %d ended failed: %+v, want retry %v (else an error)", n, next, wantRetry)
+		}
+		inFlight := 0
+		for _, rp := range r.Replicas() {
+			inFlight += rp.InFlight()
+		}
+		if want := min(3-n, 1); inFlight != want {
+			t.Errorf("after attempt %d: %d in flight, want %d (only the retry)", n, inFlight, want)
+		}
+	}
+	if next := last(t, got).End(t0, ReplicaFailed); next.Retry || next.Err != nil {
+		t.Errorf("a second End did something: %+v", next)
+	}
+	if len(*got) != 3 {
+		t.Errorf("%d attempts delivered, want 3 (one and two retries)", len(*got))
+	}
+}
+
+// The last attempt's failure gives the exhausted error; a rejection has
+// nothing to end.
+func TestTheLastFailureTellsTheClient(t *testing.T) {
+	r, got := newTestRegion(t, 1)
+	r.cfg.Retries = 0
+	r.Submit(t0, req("a", 1))
+	next := last(t, got).End(t0, ReplicaFailed)
+	if next.Retry || next.Err == nil || next.Err.Code != apierr.Upstream || next.Err.RetryAfter <= 0 {
+		t.Fatalf("got %+v, want the upstream error with a Retry-After", next)
+	}
+	rej := &Attempt{r: r}
+	rej.Err = &apierr.Error{Code: apierr.QueueFull}
+	if n := rej.End(t0, ReplicaFailed); n != (Next{}) {
+		t.Errorf("ending a rejection gave %+v", n)
+	}
+}
+
+// A forward that fails is routed again with the serve-here mark: it is
+// held here (the local replica is busy), not forwarded again, and when
+// it is dispatched its reason is the local rule's, not forwarded-in.
+func TestAFailedForwardIsServedHere(t *testing.T) {
+	r, got := newTestRegion(t, 1)
+	rp := r.Replicas()[0]
+	r.Scraped(rp, Metrics{Known: true, Waiting: 5, Running: 4}) // busy: a forward wins
+	r.SetPeers([]Peer{{Region: "eu-west", Jurisdiction: "eu", Healthy: true, GateOpen: true, RTT: 70 * time.Millisecond,
+		Load: Load{Replicas: 4, Slots: 256, Outstanding: 10}}})
+	rq := req("a", 1)
+	r.Submit(t0, rq)
+	fwd := last(t, got)
+	if !fwd.Forwarded() || r.Forwarding("eu-west") != 1 {
+		t.Fatalf("got %+v, want a forward to eu-west", fwd)
+	}
+	if next := fwd.End(t0.Add(time.Second), ReplicaFailed); !next.Retry {
+		t.Fatalf("failed forward: %+v, want a retry", next)
+	}
+	if r.Forwarding("eu-west") != 0 || !rq.ServeHere || rq.Forwarded {
+		t.Fatalf("after the failed forward: forwarding %d, serve-here %v, forwarded %v; want 0, true, false",
+			r.Forwarding("eu-west"), rq.ServeHere, rq.Forwarded)
+	}
+	if len(*got) != 1 || r.Queued() != 1 {
+		t.Fatalf("%d attempts, %d held: want the retry held here, not forwarded again", len(*got), r.Queued())
+	}
+	r.Scraped(rp, Metrics{Known: true})
+	r.Pump(t0.Add(2 * time.Second))
+	a := last(t, got)
+	if !a.Dispatched() || a.Number != 2 || a.Decision.Reason == policy.ReasonForwarded {
+		t.Errorf("the retry: %+v (reason %s), want dispatched here as attempt 2 with the local rule's reason", a, a.Decision.Reason)
+	}
+}
+
+// End frees the slot and pumps the queue into it; a request whose stream
+// broke midway is not retried by End (the client is told) but is by
+// Continue; a held retry withdrawn by Cancel starts again from one.
+func TestEndPumpsAndMidStreamBreaks(t *testing.T) {
+	r, got := newTestRegion(t, 1)
+	r.cfg.MaxInFlight = 1
+	first := req("a", 1)
+	r.Submit(t0, first)
+	r.Submit(t0, req("b", 2))
+	if len(*got) != 1 || r.Queued() != 1 {
+		t.Fatalf("%d delivered, %d held: want a dispatched and b held behind it", len(*got), r.Queued())
+	}
+	a := last(t, got)
+	a.FirstToken(t0.Add(100 * time.Millisecond))
+	if next := a.End(t0.Add(time.Second), BrokeMidStream); next.Retry || next.Err == nil {
+		t.Fatalf("a broke midway: %+v, want the client told, no retry", next)
+	}
+	if len(*got) != 2 || r.Queued() != 0 || last(t, got).Request.ID != "b" {
+		t.Fatalf("after a ended: %d delivered, %d held; want b dispatched into the freed slot", len(*got), r.Queued())
+	}
+	b := last(t, got)
+	b.FirstToken(t0.Add(1100 * time.Millisecond))
+	if next := b.Continue(t0.Add(2 * time.Second)); !next.Retry {
+		t.Fatalf("continuing b: %+v, want it routed again", next)
+	}
+	if c := last(t, got); c.Request.ID != "b" || c.Number != 2 {
+		t.Fatalf("after Continue: %+v, want b's second attempt", c)
+	}
+	// b's second attempt holds the slot; fail it and withdraw its retry.
+	r.Submit(t0.Add(3*time.Second), req("c", 3))
+	if next := last(t, got).End(t0.Add(4*time.Second), ReplicaFailed); !next.Retry {
+		t.Fatalf("b's second attempt failing: %+v, want a retry", next)
+	}
+	// (three failures in a row have ejected the replica: both are held)
+	if _, ok := r.retries[b.Request]; !ok || !r.Cancel(b.Request) {
+		t.Fatalf("b's retry should be held (held %d) and cancellable", r.Queued())
+	}
+	if _, ok := r.retries[b.Request]; ok {
+		t.Error("a cancelled retry is still counted")
+	}
+}
