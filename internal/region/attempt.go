@@ -101,7 +101,7 @@ func (a *Attempt) Forwarded() bool { return a.Err == nil && a.Peer != nil }
 // FirstToken records that the attempt's first token reached the driver at
 // now (the proxy: the first body byte). For a dispatch, its prefill no
 // longer delays the replica's next requests and the time it took
-// calibrates admission (Region.TTFTBias).
+// calibrates admission (Region.ttftBias).
 func (a *Attempt) FirstToken(now time.Time) {
 	if a.ended || a.first || a.Err != nil {
 		return

@@ -77,15 +77,15 @@ func TestAFailedForwardIsServedHere(t *testing.T) {
 	rq := req("a", 1)
 	r.Submit(t0, rq)
 	fwd := last(t, got)
-	if !fwd.Forwarded() || r.Forwarding("eu-west") != 1 {
+	if !fwd.Forwarded() || r.forwardingTo("eu-west") != 1 {
 		t.Fatalf("got %+v, want a forward to eu-west", fwd)
 	}
 	if next := fwd.End(t0.Add(time.Second), ReplicaFailed); !next.Retry {
 		t.Fatalf("failed forward: %+v, want a retry", next)
 	}
-	if r.Forwarding("eu-west") != 0 || !rq.ServeHere || rq.Forwarded {
+	if r.forwardingTo("eu-west") != 0 || !rq.ServeHere || rq.Forwarded {
 		t.Fatalf("after the failed forward: forwarding %d, serve-here %v, forwarded %v; want 0, true, false",
-			r.Forwarding("eu-west"), rq.ServeHere, rq.Forwarded)
+			r.forwardingTo("eu-west"), rq.ServeHere, rq.Forwarded)
 	}
 	if len(*got) != 1 || r.Queued() != 1 {
 		t.Fatalf("%d attempts, %d held: want the retry held here, not forwarded again", len(*got), r.Queued())

@@ -26,7 +26,7 @@ type Load struct {
 	// FreeCacheTokens is the most KV cache, in tokens, any healthy
 	// replica is believed to have free (a prompt cached there evicts
 	// nothing), and HitShare the region's share of prompt tokens served
-	// from cache (Region.HitShare): with them a peer prices what a forward
+	// from cache (Region.hitShare): with them a peer prices what a forward
 	// would evict.
 	FreeCacheTokens int
 	HitShare        float64
@@ -38,7 +38,7 @@ type Load struct {
 // Load is the region's summary as of now, as this node publishes it.
 func (r *Region) Load() Load {
 	queued := r.bal.Len()
-	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.cfg.Prefill, HitShare: r.HitShare()}
+	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.cfg.Prefill, HitShare: r.hitShare()}
 	for _, n := range r.forwarding {
 		l.Offloading += n
 	}
@@ -50,7 +50,7 @@ func (r *Region) Load() Load {
 		pr := r.policyReplica(rp, 0)
 		if rp.healthy {
 			l.Replicas++
-			l.Slots += r.EffectiveCap(rp)
+			l.Slots += r.effectiveCap(rp)
 			if l.PrefillTokens < 0 || rp.prefillTokens < l.PrefillTokens {
 				l.PrefillTokens = rp.prefillTokens
 			}

@@ -136,9 +136,6 @@ func (r *Region) Submit(now time.Time, req *request.Request) { r.bal.Submit(now,
 // Pump re-routes held requests after a state change.
 func (r *Region) Pump(now time.Time) int { return r.bal.Pump(now, r) }
 
-// PumpDepth is Pump with its own scan depth (1 after a slot frees).
-func (r *Region) PumpDepth(now time.Time, depth int) int { return r.bal.PumpDepth(now, r, depth) }
-
 // Expire rejects held requests past their deadline.
 func (r *Region) Expire(now time.Time) int { return r.bal.Expire(now, r) }
 
@@ -183,8 +180,8 @@ func (r *Region) SetPeers(peers []Peer) { r.peers = peers }
 // Peers returns the last peers' snapshot. It must not be modified.
 func (r *Region) Peers() []Peer { return r.peers }
 
-// Forwarding is how many of this node's requests are in flight at peer.
-func (r *Region) Forwarding(peer string) int { return r.forwarding[peer] }
+// forwardingTo is how many of this node's requests are in flight at peer.
+func (r *Region) forwardingTo(peer string) int { return r.forwarding[peer] }
 
 // forwardDone records the end of a request forwarded to peer.
 func (r *Region) forwardDone(peer string) {
@@ -245,8 +242,8 @@ func (r *Region) View(req *request.Request) *policy.View {
 		v.Local.Replicas = append(v.Local.Replicas, r.policyReplica(rp, r.matched[rp.target]))
 	}
 	v.Local.PerRequestWait = r.perRequestWait()
-	v.Local.TTFTBias = r.TTFTBias(req)
-	v.Local.HitShare = r.HitShare()
+	v.Local.TTFTBias = r.ttftBias(req)
+	v.Local.HitShare = r.hitShare()
 	v.Peers = v.Peers[:0]
 	for i := range r.peers {
 		p := &r.peers[i]
@@ -261,11 +258,11 @@ func (r *Region) View(req *request.Request) *policy.View {
 	return v
 }
 
-// HitShare is the smoothed share of the prompt tokens dispatched in the
+// hitShare is the smoothed share of the prompt tokens dispatched in the
 // region that its replicas were believed to hold cached (the prefix index,
 // corrected by cache truth), 0 before any dispatch: how likely a cached
 // token is to be asked for again, which prices what a cold prompt evicts.
-func (r *Region) HitShare() float64 {
+func (r *Region) hitShare() float64 {
 	if r.hitPrompt <= 0 {
 		return 0
 	}
@@ -279,7 +276,7 @@ func (r *Region) policyReplica(rp *Replica, prefixBlocks int) policy.Replica {
 	// request that has finished, and would make the replica look busy.
 	running := max(m.Running-rp.endedSinceScrape, 0)
 	return policy.Replica{Name: rp.name, Healthy: rp.healthy, Waiting: m.Waiting, Running: running, InFlight: rp.inFlight,
-		MaxInFlight: r.dispatchCap(rp), Capacity: r.EffectiveCap(rp), KVUsage: r.projectedKVUsage(rp), CacheTokens: r.believedTokens(rp), PrefixBlocks: prefixBlocks, IndexedBlocks: r.index.TargetLen(rp.target), QueuedTokens: rp.inFlightTokens,
+		MaxInFlight: r.dispatchCap(rp), Capacity: r.effectiveCap(rp), KVUsage: r.projectedKVUsage(rp), CacheTokens: r.believedTokens(rp), PrefixBlocks: prefixBlocks, IndexedBlocks: r.index.TargetLen(rp.target), QueuedTokens: rp.inFlightTokens,
 		PrefillTokens: rp.prefillTokens, Jurisdiction: rp.jurisdiction, RTT: rp.rtt}
 }
 

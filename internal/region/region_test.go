@@ -170,16 +170,16 @@ func TestForwardsCountAtThePeerUntilDone(t *testing.T) {
 	if len(*got) != 1 || (*got)[0].Peer == nil || (*got)[0].Peer.Region != "eu-west" {
 		t.Fatalf("deliveries %+v: want a forward to eu-west", *got)
 	}
-	if r.Forwarding("eu-west") != 1 {
-		t.Fatalf("forwarding %d, want 1", r.Forwarding("eu-west"))
+	if r.forwardingTo("eu-west") != 1 {
+		t.Fatalf("forwarding %d, want 1", r.forwardingTo("eu-west"))
 	}
 	if v := r.View(req("b")); v.Peers[0].Outstanding != 11 {
 		t.Errorf("peer outstanding in the view %d, want the summary's 10 plus our 1 forward", v.Peers[0].Outstanding)
 	}
 	r.forwardDone("eu-west")
 	r.forwardDone("eu-west") // never below zero
-	if v := r.View(req("c")); r.Forwarding("eu-west") != 0 || v.Peers[0].Outstanding != 10 {
-		t.Errorf("after the forward ended: forwarding %d, outstanding %d", r.Forwarding("eu-west"), v.Peers[0].Outstanding)
+	if v := r.View(req("c")); r.forwardingTo("eu-west") != 0 || v.Peers[0].Outstanding != 10 {
+		t.Errorf("after the forward ended: forwarding %d, outstanding %d", r.forwardingTo("eu-west"), v.Peers[0].Outstanding)
 	}
 }
 
@@ -332,16 +332,16 @@ func probeReq() *request.Request { return req("probe", 77) }
 // dispatched at once (not held) does not move it.
 func TestHeldRequestsCalibrateTheTTFTBias(t *testing.T) {
 	r, _ := newTestRegion(t, 1)
-	if r.TTFTBias(probeReq()) != 1 {
-		t.Fatalf("bias %v before any sample, want 1", r.TTFTBias(probeReq()))
+	if r.ttftBias(probeReq()) != 1 {
+		t.Fatalf("bias %v before any sample, want 1", r.ttftBias(probeReq()))
 	}
 	at := t0
 	fast := &request.Request{ID: "fast", PromptTokens: 100, BlockTokens: 128}
 	r.View(fast)
 	r.Deliver(balancer.Outcome{Request: fast, Decision: policy.Decision{Action: policy.Dispatch}, Admitted: time.Second, Submitted: at})
 	r.firstToken(at.Add(5*time.Second), fast)
-	if r.TTFTBias(probeReq()) != 1 {
-		t.Errorf("a request that was not held moved the bias to %v", r.TTFTBias(probeReq()))
+	if r.ttftBias(probeReq()) != 1 {
+		t.Errorf("a request that was not held moved the bias to %v", r.ttftBias(probeReq()))
 	}
 	for i := range 200 {
 		held := &request.Request{ID: fmt.Sprint("held", i), PromptTokens: 100, BlockTokens: 128}
@@ -351,11 +351,11 @@ func TestHeldRequestsCalibrateTheTTFTBias(t *testing.T) {
 		r.firstToken(at.Add(2*time.Second), held)
 		r.end(held, Served, 3*time.Second)
 	}
-	if b := r.TTFTBias(probeReq()); b < 1.9 || b > 2.1 {
+	if b := r.ttftBias(probeReq()); b < 1.9 || b > 2.1 {
 		t.Errorf("bias %v after estimates of 1 s that took 2 s, want about 2", b)
 	}
-	if v := r.View(probeReq()); v.Local.TTFTBias != r.TTFTBias(probeReq()) {
-		t.Errorf("the view carries bias %v, the region %v", v.Local.TTFTBias, r.TTFTBias(probeReq()))
+	if v := r.View(probeReq()); v.Local.TTFTBias != r.ttftBias(probeReq()) {
+		t.Errorf("the view carries bias %v, the region %v", v.Local.TTFTBias, r.ttftBias(probeReq()))
 	}
 }
 
@@ -458,8 +458,8 @@ func TestTheSummaryCarriesWhatAForwardWouldEvict(t *testing.T) {
 		t.Fatalf("the second request found %d cached blocks, want 4", got[1].PrefixBlocks)
 	}
 	a := DefaultServiceAlpha
-	if l, want := r.Load(), 1/(2-a); math.Abs(l.HitShare-want) > 1e-9 || r.HitShare() != l.HitShare {
-		t.Errorf("hit share %v (region %v), want %v: one cold and one warm dispatch", l.HitShare, r.HitShare(), want)
+	if l, want := r.Load(), 1/(2-a); math.Abs(l.HitShare-want) > 1e-9 || r.hitShare() != l.HitShare {
+		t.Errorf("hit share %v (region %v), want %v: one cold and one warm dispatch", l.HitShare, r.hitShare(), want)
 	}
 	r.Submit(t0, req("doc", 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)) // fills the other replica
 	if got[2].Replica == got[1].Replica {

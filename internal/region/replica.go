@@ -47,7 +47,7 @@ type Replica struct {
 	prefillTokens int
 	// footprint is the KV-cache tokens a running sequence holds on this
 	// replica, smoothed over scrapes: what sets how many requests its
-	// cache carries at once (EffectiveCap).
+	// cache carries at once (effectiveCap).
 	footprint float64
 	// sinceScrape is the KV-cache tokens the requests dispatched since the
 	// last scrape will take (uncached prompt plus an output reserve): the
@@ -239,12 +239,12 @@ func (r *Region) ScrapedSince(rp *Replica, m Metrics, mark ScrapeMark) {
 // footprintAlpha weighs a new scrape in a replica's footprint average.
 const footprintAlpha = 0.05
 
-// EffectiveCap is how many requests rp can run at once: its KV cache over
+// effectiveCap is how many requests rp can run at once: its KV cache over
 // the tokens a running sequence holds there (kept at 90%, the headroom for
 // sequences still growing), never more than the configured MaxInFlight. A
 // replica whose engine reports no cache size, or that has not run anything
 // yet, has the configured cap.
-func (r *Region) EffectiveCap(rp *Replica) int {
+func (r *Region) effectiveCap(rp *Replica) int {
 	m := rp.metrics
 	if rp.footprint <= 0 || m.KVBlocks <= 0 || m.BlockSize <= 0 {
 		return r.dispatchCap(rp)
@@ -313,7 +313,7 @@ func (r *Region) prefilled(b *booking) {
 	b.rp.prefillTokens = max(b.rp.prefillTokens-b.uncached, 0)
 }
 
-// TTFTBias is how much longer than estimated recent held requests of
+// ttftBias is how much longer than estimated recent held requests of
 // req's flow (its tenant in its priority class) took to their first
 // token: the ratio of the smoothed actual times to the smoothed
 // estimates (a ratio of means, so short estimates do not swamp it), kept
@@ -321,7 +321,7 @@ func (r *Region) prefilled(b *booking) {
 // queuing a tenant that floods the queue waits longer than its place on
 // arrival said, one that does not waits less, and a critical request
 // overtakes standard ones — else the region's, else 1.
-func (r *Region) TTFTBias(req *request.Request) float64 {
+func (r *Region) ttftBias(req *request.Request) float64 {
 	if t := r.tenantBias[flowOf(req)]; t != nil {
 		return t.ratio()
 	}
