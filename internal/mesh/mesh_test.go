@@ -305,6 +305,7 @@ func TestSecurity(t *testing.T) {
 		if _, err := peerNode.Join([]string{good.Addr()}); err != nil {
 			t.Fatal(err)
 		}
+		eventually(t, "the seed lists the node that joined it", func() bool { return len(good.Members()) == 2 })
 		newKey := []byte("abcdefghijklmnopqrstuvwxyz012345")
 		for _, n := range []*testNode{good, peerNode} {
 			if err := n.Keyring().AddKey(newKey); err != nil {
