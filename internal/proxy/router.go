@@ -158,6 +158,11 @@ func (r *Router) Route(ctx context.Context, req *request.Request) (routed, error
 // routes the request again, End waits for the next attempt as Route does
 // and returns it; otherwise the zero routed and what the core said.
 func (r *Router) End(ctx context.Context, a *region.Attempt, how region.Outcome) (routed, region.Next, error) {
+	if how != region.ReplicaFailed { // never retried: no waiter needed (the path every served request takes)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return routed{}, a.End(r.now(), how), nil
+	}
 	return r.await(ctx, a.Request, func() region.Next { return a.End(r.now(), how) })
 }
 
