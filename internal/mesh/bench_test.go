@@ -45,8 +45,8 @@ func BenchmarkGossip(b *testing.B) {
 		holdsAll := func(gen uint64) bool {
 			for _, n := range nodes {
 				n.mu.Lock()
-				ok := len(n.sentGen) == 6 // the other regions' nodes
-				for _, g := range n.sentGen {
+				ok := len(n.sender.sentGen) == 6 // the other regions' nodes
+				for _, g := range n.sender.sentGen {
 					ok = ok && g == gen
 				}
 				n.mu.Unlock()

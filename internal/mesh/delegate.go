@@ -61,8 +61,7 @@ func (m *Mesh) handle(b []byte) {
 			return
 		}
 		m.mu.Lock()
-		m.wanted[node] = true // served by the next publishDigest
-		delete(m.sentGen, node)
+		m.sender.want(node) // served by the next publishDigest
 		m.mu.Unlock()
 	default:
 		m.log.Debug("dropped message of unknown type", "type", typ)
@@ -118,8 +117,7 @@ func (e events) NotifyLeave(n *memberlist.Node) {
 	defer e.m.mu.Unlock()
 	e.m.table.Leave(n.Name, time.Now())
 	delete(e.m.members, n.Name)
-	delete(e.m.sentGen, n.Name)
-	delete(e.m.wanted, n.Name)
+	e.m.sender.forget(n.Name)
 	delete(e.m.asked, n.Name)
 	e.m.log.Info("peer left", "peer", n.Name)
 }

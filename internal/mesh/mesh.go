@@ -45,17 +45,13 @@ type Mesh struct {
 	// taken in the event delegate. memberlist keeps rewriting the *Node
 	// values it hands out (Members, events), so they never leave the
 	// delegate call that received them (memberlist issue #306).
-	members   map[string]memberlist.Node
-	loads     region.LoadPublisher
-	published *digest.Digest
-	history   []*digest.Digest  // the last HistoryLength published, oldest first
-	sentGen   map[string]uint64 // node → digest generation it holds from us
-	wanted    map[string]bool   // nodes that asked for our whole digest
-	toAsk     map[string]bool   // nodes whose whole digest we must ask for
-	asked     map[string]time.Time
-	budget    tokenBucket
-	round     int
-	probing   map[string]bool // regions whose probe is out
+	members map[string]memberlist.Node
+	loads   region.LoadPublisher
+	sender  digestSender    // what each peer is sent of our digest
+	toAsk   map[string]bool // nodes whose whole digest we must ask for
+	asked   map[string]time.Time
+	round   int
+	probing map[string]bool // regions whose probe is out
 	// ping is memberlist's Ping (tests replace it, under mu).
 	ping func(node string, addr net.Addr) (time.Duration, error)
 
@@ -82,9 +78,9 @@ func New(cfg Config, src Source) (*Mesh, error) {
 	}
 	m := &Mesh{cfg: cfg, log: cfg.Logger.With("component", "mesh", "node", cfg.NodeID), src: src,
 		self:  Meta{Region: cfg.Region, Jurisdiction: cfg.Jurisdiction, APIAddr: cfg.APIAddr, Version: cfg.Version},
-		table: NewTable(cfg.Region, cfg.Control), members: map[string]memberlist.Node{}, sentGen: map[string]uint64{},
-		wanted: map[string]bool{}, toAsk: map[string]bool{}, asked: map[string]time.Time{}, probing: map[string]bool{},
-		budget: tokenBucket{rate: float64(cfg.GossipBudget), burst: float64(cfg.GossipBudget) * 2 * cfg.Control.DigestInterval.Seconds()},
+		table: NewTable(cfg.Region, cfg.Control), members: map[string]memberlist.Node{},
+		toAsk: map[string]bool{}, asked: map[string]time.Time{}, probing: map[string]bool{},
+		sender: newDigestSender(cfg.NodeID, tokenBucket{rate: float64(cfg.GossipBudget), burst: float64(cfg.GossipBudget) * 2 * cfg.Control.DigestInterval.Seconds()}),
 		loads:  region.LoadPublisher{Interval: cfg.Control.LoadInterval}, stop: make(chan struct{}), started: time.Now()}
 	mc, err := cfg.memberlistConfig()
 	if err != nil {
@@ -214,8 +210,8 @@ func (m *Mesh) Stats() Stats {
 	}
 	m.mu.Lock()
 	s.Members = len(m.members) + 1
-	if m.published != nil {
-		s.DigestGeneration = m.published.Generation
+	if p := m.sender.published; p != nil {
+		s.DigestGeneration = p.Generation
 	}
 	m.mu.Unlock()
 	return s

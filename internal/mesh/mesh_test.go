@@ -151,7 +151,7 @@ func TestMembershipLoadAndDigestsPropagate(t *testing.T) {
 	eventually(t, "every other region's node holds generation 1", func() bool {
 		eu.mu.Lock()
 		defer eu.mu.Unlock()
-		return len(eu.sentGen) == 2 && eu.sentGen["us-east-0"] == 1 && eu.sentGen["ap-east-2"] == 1
+		return len(eu.sender.sentGen) == 2 && eu.sender.sentGen["us-east-0"] == 1 && eu.sender.sentGen["ap-east-2"] == 1
 	})
 	before := eu.Stats().BytesSent
 	d2 := d.Clone()

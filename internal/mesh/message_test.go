@@ -112,7 +112,7 @@ func FuzzDecode(f *testing.F) {
 			_, _ = decodeWant(r)
 		}
 		// The full path, as NotifyMsg runs it, on a node with no peers.
-		m := &Mesh{table: NewTable("x", region.DefaultControlPlane()), log: discard, wanted: map[string]bool{}, toAsk: map[string]bool{}}
+		m := &Mesh{table: NewTable("x", region.DefaultControlPlane()), log: discard, sender: newDigestSender("x", tokenBucket{}), toAsk: map[string]bool{}}
 		m.table.Join("n", Meta{Region: "r"})
 		m.handle(b)
 	})

@@ -1,12 +1,9 @@
 package mesh
 
 import (
-	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
-
-	"skywalker/internal/digest"
 )
 
 // publishLoad sends the load summary to every peer when the publisher says
@@ -25,7 +22,7 @@ func (m *Mesh) publishLoad() {
 		if err := m.ml.SendBestEffort(&n, msg); err == nil {
 			m.bytesSent.Add(int64(len(msg)))
 			m.mu.Lock()
-			m.budget.spend(len(msg))
+			m.sender.budget.spend(len(msg))
 			m.mu.Unlock()
 		}
 	}
@@ -55,14 +52,7 @@ func (m *Mesh) publishDigest() {
 	now := time.Now()
 	cur := m.src.Digest()
 	m.mu.Lock()
-	if cur != nil && (m.published == nil || cur.Generation != m.published.Generation) {
-		m.history = append(m.history, cur)
-		if len(m.history) > HistoryLength {
-			m.history = slices.Delete(m.history, 0, len(m.history)-HistoryLength)
-		}
-		m.published = cur
-	}
-	m.budget.refill(now)
+	m.sender.publish(now, cur)
 	var asks []memberlist.Node
 	for name, n := range m.members {
 		if m.table.SameRegion(name) || m.table.Digest(name) != nil && !m.toAsk[name] {
@@ -85,59 +75,25 @@ func (m *Mesh) publishDigest() {
 	if cur == nil {
 		return
 	}
-	var full []byte
-	peers := m.digestPeers()
-	for _, n := range peers {
+	for _, n := range m.digestPeers() {
 		m.mu.Lock()
-		has, known := m.sentGen[n.Name]
-		wanted := m.wanted[n.Name]
-		var base *digest.Digest
-		for _, h := range m.history {
-			if known && h.Generation == has {
-				base = h
-			}
-		}
+		msg, err := m.sender.next(n.Name)
 		m.mu.Unlock()
-		if known && has == cur.Generation || !known && !wanted {
-			continue // up to date, or it has not asked yet
+		if err != nil {
+			m.log.Error("encode digest", "err", err)
+			return
 		}
-		var msg []byte
-		budgeted := false
-		if base != nil {
-			if positions, ok := cur.AddedSince(base); ok {
-				msg, budgeted = encodeBits(bitsMsg{Node: m.cfg.NodeID, Base: base.Generation, Gen: cur.Generation, Positions: positions}), true
-			}
+		if msg == nil {
+			continue // up to date, not asked yet, or over budget this round
 		}
-		if msg == nil { // asked for, or too far behind to diff: the whole filter
-			if full == nil {
-				enc, err := cur.MarshalBinary()
-				if err != nil {
-					m.log.Error("encode digest", "err", err)
-					return
-				}
-				full = encodeDigest(m.cfg.NodeID, enc)
-			}
-			msg = full
-		}
-		if budgeted {
-			m.mu.Lock()
-			ok := m.budget.take(len(msg))
-			m.mu.Unlock()
-			if !ok {
-				continue // over budget: it gets the bits since `has` next time
-			}
-		}
-		if err := m.ml.SendReliable(&n, msg); err != nil {
+		err = m.ml.SendReliable(&n, msg)
+		if err != nil {
 			m.log.Debug("digest not delivered", "to", n.Name, "err", err)
-			m.mu.Lock()
-			delete(m.sentGen, n.Name) // it will ask for it whole
-			m.mu.Unlock()
-			continue
+		} else {
+			m.bytesSent.Add(int64(len(msg)))
 		}
-		m.bytesSent.Add(int64(len(msg)))
 		m.mu.Lock()
-		m.sentGen[n.Name] = cur.Generation
-		delete(m.wanted, n.Name)
+		m.sender.sent(n.Name, err == nil)
 		m.mu.Unlock()
 	}
 }
