@@ -192,6 +192,16 @@ vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="2000"} 1
 		m.BlockSize != want.BlockSize || !m.Known {
 		t.Errorf("two data-parallel engines: %+v %v; want %+v", m, err, want)
 	}
+	// One config series for two identical engines: each has its blocks,
+	// counted once per engine.
+	shared := `vllm:kv_cache_usage_perc{engine="0"} 0.2
+vllm:kv_cache_usage_perc{engine="1"} 0.6
+vllm:num_requests_running{engine="0"} 1
+vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1
+`
+	if m, err := parseEngineMetrics(strings.NewReader(shared)); err != nil || m.KVBlocks != 2000 || math.Abs(m.KVUsage-0.4) > 1e-9 {
+		t.Errorf("one config series, two engines: %+v %v; want 2000 blocks, usage 0.4", m, err)
+	}
 	if m, err := parseEngineMetrics(strings.NewReader("process_cpu_seconds_total 3\n")); err != nil || m.Known {
 		t.Errorf("a bare server: %+v %v; want unknown, no error", m, err)
 	}

@@ -112,7 +112,7 @@ func (p *poolLoops) resolve(ctx context.Context, name string) {
 	}
 }
 
-func (p *poolLoops) snapshot() []*replica { return p.r.snapshot().replicas }
+func (p *poolLoops) snapshot() []*replica { return p.r.replicaSides() }
 
 func (p *poolLoops) get(ctx context.Context, rp *replica, path string, timeout time.Duration) (*http.Response, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)

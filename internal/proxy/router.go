@@ -348,10 +348,10 @@ func (r *Router) ReplicaStates() []region.ReplicaState {
 	return r.core.ReplicaStates()
 }
 
-// snapshot is a consistent copy of the router's state, for every reader
-// off the request path (the debug endpoint, the metrics collector, the
-// pool's loops, the server's accessors): the one place besides the
-// request path that takes the router's lock.
+// snapshot is a consistent copy of the router's state, for the readers
+// that need all of it (the debug endpoint, the metrics collector, the
+// server's accessors); replicaSides is the cheap part. With the request
+// path's methods, they are the only places that take the router's lock.
 type snapshot struct {
 	policy   string
 	queued   int
@@ -377,6 +377,15 @@ type replicaState struct {
 type heldKey struct {
 	class  request.Class
 	tenant string
+}
+
+// replicaSides is the replicas' HTTP sides, in the core's order: the cheap
+// part of a snapshot, for the request path (the model check) and the
+// pool's loops.
+func (r *Router) replicaSides() []*replica {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.replicas)
 }
 
 func (r *Router) snapshot() snapshot {
@@ -458,7 +467,7 @@ func (r *Router) modelCards() ([]modelCard, bool) {
 	seen := map[string]bool{}
 	known := false
 	var out []modelCard
-	for _, rp := range r.snapshot().replicas {
+	for _, rp := range r.replicaSides() {
 		cards := rp.models.Load()
 		if cards == nil {
 			continue

@@ -80,6 +80,14 @@ func parseEngineMetrics(r io.Reader) (region.Metrics, error) {
 		}
 	}
 	if usage, ok := perEngine(families, kvNames); ok {
+		if len(blocks) == 1 && len(usage) > 1 { // one config series for identical engines
+			for _, n := range blocks {
+				blocks = make(map[string]float64, len(usage))
+				for e := range usage {
+					blocks[e] = n
+				}
+			}
+		}
 		var weighted, weights float64
 		for engine, v := range usage {
 			w := blocks[engine]
@@ -93,13 +101,6 @@ func parseEngineMetrics(r io.Reader) (region.Metrics, error) {
 			weights += w
 		}
 		m.KVUsage = weighted / weights
-		if len(blocks) == 1 && len(usage) > 1 {
-			for _, n := range blocks { // one config series for identical engines
-				for e := range usage {
-					blocks[e] = n
-				}
-			}
-		}
 	}
 	for _, n := range blocks {
 		m.KVBlocks += int(n)

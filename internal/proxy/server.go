@@ -129,7 +129,7 @@ func (s *Server) QueueLength() int { return s.router.queued() }
 func (s *Server) Peers() []region.Peer { return s.router.snapshot().peers }
 
 // Replicas is the number of replicas in the pool.
-func (s *Server) Replicas() int { return len(s.router.snapshot().replicas) }
+func (s *Server) Replicas() int { return len(s.router.replicaSides()) }
 
 // HealthyReplicas is the number of replicas in service.
 func (s *Server) HealthyReplicas() int { return s.router.healthyReplicas() }
