@@ -29,18 +29,56 @@ func TestServeConfigPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := map[string]string{"REGION_ID": "env-region", "SKYWALKER_LISTEN": ":8100", "LOCAL_WORKER_POOL": "http://env:8000"}
-	listen, _ := cmd.Flags().GetString("listen")
-	base := cmdFlagsConfig(listen)
-	cfg, err := loadServeConfig(cmd.Flags(), file, func(k string) string { return env[k] }, base, "", "", "", 120, "")
+	cfg, err := loadServeConfig(cmd.Flags(), file, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.Listen != ":9100" || cfg.Region != "env-region" || cfg.Policy != "local" || cfg.WorkerPool[0] != "http://env:8000" || cfg.Profile != profile.Default {
 		t.Errorf("flags > env > file > defaults violated: %+v", cfg)
 	}
-	if _, err := loadServeConfig(cmd.Flags(), "", func(string) string { return "" }, base, "", "", "", 120, ""); err == nil ||
+	if _, err := loadServeConfig(cmd.Flags(), "", func(string) string { return "" }); err == nil ||
 		!strings.Contains(err.Error(), "REGION_ID") {
 		t.Errorf("missing region: err = %v", err)
+	}
+}
+
+// TestServeFlagsAreTheSettings: each flag reads its setting as the
+// environment does, over the environment, and refuses bad text by name.
+func TestServeFlagsAreTheSettings(t *testing.T) {
+	required := map[string]string{"REGION_ID": "us-east", "LOCAL_WORKER_POOL": "http://a:8000", "SKYWALKER_FAIR_QUEUING": "true"}
+	tests := []struct {
+		args []string
+		want func(proxy.Config) bool
+	}{
+		{[]string{"--max-wan-rtt-ms", "150"}, func(c proxy.Config) bool { return c.MaxWANRTT == 150*time.Millisecond }},
+		{[]string{"--fair-queuing=false"}, func(c proxy.Config) bool { return !c.FairQueuing }},
+		{[]string{"--midstream-failover"}, func(c proxy.Config) bool { return c.MidStreamFailover }},
+		{[]string{"--emulate-wan", "eu-west=72ms"}, func(c proxy.Config) bool { return c.EmulateWAN["eu-west"] == 72*time.Millisecond }},
+		{[]string{"--workers", "http://b:8000,http://c:8000"}, func(c proxy.Config) bool { return len(c.WorkerPool) == 2 }},
+		{[]string{"--ttft-objective", "2s", "--tenant-max-held", "4"}, func(c proxy.Config) bool { return c.TTFTObjective == 2*time.Second && c.TenantMaxHeld == 4 }},
+	}
+	for _, tc := range tests {
+		cmd := newServeCommand(&logFlags{})
+		if err := cmd.ParseFlags(tc.args); err != nil {
+			t.Errorf("%v: %v", tc.args, err)
+			continue
+		}
+		cfg, err := loadServeConfig(cmd.Flags(), "", func(k string) string { return required[k] })
+		if err != nil || !tc.want(cfg) {
+			t.Errorf("%v: not applied (err %v)", tc.args, err)
+		}
+	}
+	for _, bad := range [][]string{{"--max-in-flight", "many"}, {"--max-wan-rtt-ms", "fast"}, {"--peers", "no-colon"}, {"--fair-queuing=perhaps"}} {
+		if err := newServeCommand(&logFlags{}).ParseFlags(bad); err == nil || !strings.Contains(err.Error(), bad[0][:strings.IndexAny(bad[0]+"=", "=")]) {
+			t.Errorf("%v: err = %v, want it refused naming the flag", bad, err)
+		}
+	}
+	cmd := newServeCommand(&logFlags{})
+	if err := cmd.ParseFlags([]string{"--max-in-flight", "0"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadServeConfig(cmd.Flags(), "", func(k string) string { return required[k] }); err == nil || !strings.Contains(err.Error(), "--max-in-flight): must be positive") {
+		t.Errorf("--max-in-flight 0: err = %v", err)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -286,135 +285,27 @@ func (c *Config) ApplyYAML(data []byte) error {
 	return nil
 }
 
-// EnvVars returns the environment variables ApplyEnv reads, in the order
-// it reads them (asked of ApplyEnv itself, so the list cannot drift).
+// EnvVars returns the environment variables ApplyEnv reads, in the
+// order of Settings.
 func EnvVars() []string {
-	var names []string
-	c := DefaultConfig()
-	_ = c.ApplyEnv(func(name string) string { names = append(names, name); return "" })
+	names := make([]string, len(settings))
+	for i, s := range settings {
+		names[i] = s.Env
+	}
 	return names
 }
 
-// ApplyEnv overlays the environment (getenv is os.Getenv in production).
+// ApplyEnv overlays the environment (getenv is os.Getenv in production):
+// every setting's variable that is set and not blank.
 func (c *Config) ApplyEnv(getenv func(string) string) error {
 	var errs []error
-	str := func(name string, dst *string) {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			*dst = v
-		}
-	}
-	integer := func(name string, dst *int) {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: not an integer", name, v))
-				return
+	for _, s := range settings {
+		if v := getenv(s.Env); strings.TrimSpace(v) != "" {
+			if err := s.Set(c, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", s.Env, strings.TrimSpace(v), err))
 			}
-			*dst = n
 		}
 	}
-	duration := func(name string, dst *time.Duration) {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: not a duration (e.g. 30s)", name, v))
-				return
-			}
-			*dst = d
-		}
-	}
-	str("REGION_ID", &c.Region)
-	str("SKYWALKER_JURISDICTION", &c.Jurisdiction)
-	str("SKYWALKER_NODE_ID", &c.NodeID)
-	str("SKYWALKER_LISTEN", &c.Listen)
-	str("SKYWALKER_ADMIN_LISTEN", &c.AdminListen)
-	str("SKYWALKER_ADVERTISE_URL", &c.AdvertiseURL)
-	str("SKYWALKER_GOSSIP_BIND", &c.GossipBind)
-	str("SKYWALKER_GOSSIP_ADVERTISE", &c.GossipAdvertise)
-	str("SKYWALKER_CLUSTER_LABEL", &c.ClusterLabel)
-	str("SKYWALKER_MESH_PRESET", &c.MeshPreset)
-	str("SKYWALKER_POLICY", &c.Policy)
-	str("SKYWALKER_PROFILE", &c.Profile)
-	if v := getenv("PEER_REGIONS"); strings.TrimSpace(v) != "" {
-		peers, err := ParsePeers(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("PEER_REGIONS: %w", err))
-		}
-		c.Peers = peers
-	}
-	if v := getenv("LOCAL_WORKER_POOL"); strings.TrimSpace(v) != "" {
-		c.WorkerPool = splitList(v)
-	}
-	if v := strings.TrimSpace(getenv("MAX_WAN_RTT_THRESHOLD_MS")); v != "" {
-		ms, err := strconv.ParseFloat(v, 64)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("MAX_WAN_RTT_THRESHOLD_MS=%q: not a number of milliseconds", v))
-		} else {
-			c.MaxWANRTT = time.Duration(ms * float64(time.Millisecond))
-		}
-	}
-	if v := getenv("SKYWALKER_GOSSIP_KEY"); strings.TrimSpace(v) != "" {
-		c.GossipKeys = splitList(v)
-	}
-	boolean := func(name string, dst *bool) {
-		if v := strings.TrimSpace(getenv(name)); v != "" {
-			b, err := strconv.ParseBool(v)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: not a boolean", name, v))
-				return
-			}
-			*dst = b
-		}
-	}
-	if v := strings.TrimSpace(getenv("SKYWALKER_EMULATE_WAN")); v != "" {
-		wan, err := ParseEmulateWAN(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SKYWALKER_EMULATE_WAN: %w", err))
-		}
-		c.EmulateWAN = wan
-	}
-	if v := strings.TrimSpace(getenv("SKYWALKER_MODEL_ALIASES")); v != "" {
-		aliases, err := ParseAliases(v)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("SKYWALKER_MODEL_ALIASES: %w", err))
-		}
-		c.ModelAliases = aliases
-	}
-	boolean("SKYWALKER_INSECURE_GOSSIP", &c.InsecureGossip)
-	boolean("SKYWALKER_INSECURE_FORWARDING", &c.InsecureForwarding)
-	str("SKYWALKER_PEER_LISTEN", &c.PeerListen)
-	str("SKYWALKER_TLS_CERT", &c.TLSCert)
-	str("SKYWALKER_TLS_KEY", &c.TLSKey)
-	str("SKYWALKER_TLS_CA", &c.TLSCA)
-	boolean("SKYWALKER_FAIR_QUEUING", &c.FairQueuing)
-	boolean("SKYWALKER_FORWARD_AUTHORIZATION", &c.ForwardAuthorization)
-	boolean("SKYWALKER_MIDSTREAM_FAILOVER", &c.MidStreamFailover)
-	str("SKYWALKER_TENANT_HEADER", &c.TenantHeader)
-	integer("SKYWALKER_TENANT_MAX_HELD", &c.TenantMaxHeld)
-	integer("SKYWALKER_REPLICA_CACHE_TOKENS", &c.ReplicaCacheTokens)
-	integer("SKYWALKER_BYTES_PER_TOKEN", &c.BytesPerToken)
-	duration("SKYWALKER_TTFT_SLO", &c.TTFTObjective)
-	duration("SKYWALKER_TTFT_SLO_CRITICAL", &c.TTFTObjectiveCritical)
-	duration("SKYWALKER_TTFT_SLO_SHEDDABLE", &c.TTFTObjectiveSheddable)
-	integer("SKYWALKER_MAX_IN_FLIGHT", &c.MaxInFlight)
-	integer("SKYWALKER_MAX_QUEUE", &c.MaxQueue)
-	integer("SKYWALKER_GOSSIP_BUDGET", &c.GossipBudget)
-	integer("SKYWALKER_MAX_BODY_BYTES", &c.MaxBodyBytes)
-	integer("SKYWALKER_MIN_BODY_RATE", &c.MinBodyRate)
-	integer("SKYWALKER_BODY_BUDGET", &c.BodyBudget)
-	integer("SKYWALKER_PRIORITY_MIN", &c.PriorityMin)
-	integer("SKYWALKER_PRIORITY_MAX", &c.PriorityMax)
-	str("SKYWALKER_PRIORITY_CLASS_MAX", &c.PriorityClassMax)
-	duration("SKYWALKER_BODY_TIMEOUT", &c.BodyTimeout)
-	duration("SKYWALKER_FIRST_BYTE_TIMEOUT", &c.FirstByteTimeout)
-	duration("SKYWALKER_STALL_TIMEOUT", &c.StallTimeout)
-	integer("SKYWALKER_RETRIES", &c.Retries)
-	integer("SKYWALKER_EJECT_AFTER", &c.EjectAfter)
-	duration("SKYWALKER_MAX_WAIT", &c.MaxWait)
-	duration("SKYWALKER_SCRAPE_INTERVAL", &c.ScrapeInterval)
-	duration("SKYWALKER_RESOLVE_INTERVAL", &c.ResolveInterval)
-	duration("SKYWALKER_DRAIN_TIMEOUT", &c.DrainTimeout)
-	duration("SKYWALKER_IDLE_TIMEOUT", &c.IdleTimeout)
 	return errors.Join(errs...)
 }
 
@@ -478,131 +369,33 @@ func ParsePeers(s string) ([]PeerSeed, error) {
 	return out, nil
 }
 
-// Validate checks the configuration and names every bad field.
+// Validate checks the configuration and names every bad setting: each
+// setting's own rule (Settings), then the rules between settings.
 func (c *Config) Validate() error {
 	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
-	}
-	if c.Region == "" {
-		bad("region (REGION_ID)", "required")
-	}
-	if len(c.WorkerPool) == 0 {
-		bad("worker_pool (LOCAL_WORKER_POOL)", "list at least one replica URL or a DNS name")
-	}
-	for i, w := range c.WorkerPool {
-		if strings.Contains(w, "://") {
-			u, err := url.Parse(w)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				bad(fmt.Sprintf("worker_pool[%d]", i), "%q is not an http(s) URL", w)
-			}
-		} else if len(c.WorkerPool) > 1 {
-			bad(fmt.Sprintf("worker_pool[%d]", i), "%q: a DNS name must be the only entry; list URLs otherwise", w)
+	for _, s := range settings {
+		if s.check == nil {
+			continue
+		}
+		if msg := s.check(s.value(c), c); msg != "" {
+			errs = append(errs, fmt.Errorf("%s: %s", s.Label(), msg))
 		}
 	}
-	for i, p := range c.Peers {
-		if p.Region == c.Region {
-			bad(fmt.Sprintf("peers[%d]", i), "region %q is this proxy's own region", p.Region)
+	bad := func(fields []string, msg string) {
+		labels := make([]string, len(fields))
+		for i, f := range fields {
+			labels[i] = settingFor(f).Label()
 		}
-		if !strings.Contains(p.Addr, "://") {
-			if _, _, err := net.SplitHostPort(p.Addr); err != nil {
-				bad(fmt.Sprintf("peers[%d]", i), "%q is neither a URL nor host:port", p.Addr)
-			}
-		}
-	}
-	for _, addr := range []struct{ field, v string }{{"listen", c.Listen}, {"gossip_bind", c.GossipBind}} {
-		if _, _, err := net.SplitHostPort(addr.v); err != nil {
-			bad(addr.field, "%q is not host:port", addr.v)
-		}
-	}
-	if _, err := policy.New(c.Policy, policy.DefaultConfig()); err != nil {
-		bad("policy (SKYWALKER_POLICY)", "%v", err)
-	}
-	if _, err := profile.Lookup(c.Profile); err != nil {
-		bad("profile (SKYWALKER_PROFILE)", "%v", err)
-	}
-	switch c.MeshPreset {
-	case "wan", "lan", "local":
-	default:
-		bad("mesh_preset", "must be wan, lan or local")
-	}
-	if a := c.AdminListen; a != "" && a != "off" {
-		if _, _, err := net.SplitHostPort(a); err != nil {
-			bad("admin_listen (SKYWALKER_ADMIN_LISTEN)", "%q is not host:port (or off)", a)
-		} else if a == c.Listen {
-			bad("admin_listen (SKYWALKER_ADMIN_LISTEN)", "must not be the client port %s", c.Listen)
-		}
-	}
-	if c.MaxWANRTT <= 0 {
-		bad("max_wan_rtt (MAX_WAN_RTT_THRESHOLD_MS)", "must be positive")
+		errs = append(errs, fmt.Errorf("%s: %s", strings.Join(labels, ", "), msg))
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
-		bad("tls_cert, tls_key (SKYWALKER_TLS_CERT, SKYWALKER_TLS_KEY)", "give both or neither")
+		bad([]string{"TLSCert", "TLSKey"}, "give both or neither")
 	}
 	if c.Peering() && c.TLSCert == "" && !c.InsecureForwarding && !c.InsecureGossip {
-		bad("tls_cert (SKYWALKER_TLS_CERT)", "required when peering: forwarded requests carry prompts between regions; set insecure_forwarding only for development")
+		bad([]string{"TLSCert"}, "required when peering: forwarded requests carry prompts between regions; set insecure_forwarding only for development")
 	}
 	if len(c.GossipKeys) == 0 && !c.InsecureGossip && len(c.Peers) > 0 {
-		bad("gossip_keys (SKYWALKER_GOSSIP_KEY)", "required when peering; set insecure_gossip only for development")
-	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"max_in_flight", c.MaxInFlight}, {"max_queue", c.MaxQueue}, {"max_body_bytes", c.MaxBodyBytes}, {"eject_after", c.EjectAfter},
-		{"min_body_rate (SKYWALKER_MIN_BODY_RATE)", c.MinBodyRate}, {"body_budget (SKYWALKER_BODY_BUDGET)", c.BodyBudget},
-		{"replica_cache_tokens (SKYWALKER_REPLICA_CACHE_TOKENS)", c.ReplicaCacheTokens}, {"bytes_per_token (SKYWALKER_BYTES_PER_TOKEN)", c.BytesPerToken}} {
-		if f.v <= 0 {
-			bad(f.name, "must be positive")
-		}
-	}
-	if c.PriorityMin > c.PriorityMax {
-		bad("priority_min (SKYWALKER_PRIORITY_MIN)", "%d is above priority_max %d", c.PriorityMin, c.PriorityMax)
-	}
-	if _, err := request.ParseClass(c.PriorityClassMax); err != nil {
-		bad("priority_class_max (SKYWALKER_PRIORITY_CLASS_MAX)", "%q is not a class: use one of %s", c.PriorityClassMax, request.ClassNames)
-	}
-	if c.FirstByteTimeout < 0 {
-		bad("first_byte_timeout (SKYWALKER_FIRST_BYTE_TIMEOUT)", "must not be negative (0 derives it from the TTFT estimate)")
-	}
-	if c.Retries < 0 || c.Retries > 10 {
-		bad("retries", "must be in 0..10")
-	}
-	for region, d := range c.EmulateWAN {
-		if region == c.Region || region == "" || d < 0 || d > 10*time.Second {
-			bad("emulate_wan (SKYWALKER_EMULATE_WAN)", "%s=%v: a peer region and an RTT in [0, 10s]", region, d)
-		}
-	}
-	for alias, model := range c.ModelAliases {
-		if alias == "" || model == "" || alias == model {
-			bad("model_aliases", "%q=%q: an alias and the model it names must differ and not be empty", alias, model)
-		}
-	}
-	if c.BytesPerToken > 64 {
-		bad("bytes_per_token (SKYWALKER_BYTES_PER_TOKEN)", "must be at most 64")
-	}
-	if c.TenantMaxHeld < 0 {
-		bad("tenant_max_held (SKYWALKER_TENANT_MAX_HELD)", "must not be negative")
-	}
-	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{{"ttft_objective (SKYWALKER_TTFT_SLO)", c.TTFTObjective}, {"ttft_objective_critical", c.TTFTObjectiveCritical},
-		{"ttft_objective_sheddable", c.TTFTObjectiveSheddable}} {
-		if f.v < 0 || f.v > time.Hour {
-			bad(f.name, "must be between 0 (off) and 1h")
-		}
-	}
-	if h := strings.TrimSpace(c.TenantHeader); h != "" && !validHeaderName(h) {
-		bad("tenant_header (SKYWALKER_TENANT_HEADER)", "%q is not a header name", h)
-	}
-	for _, f := range []struct {
-		name string
-		v    time.Duration
-	}{{"max_wait", c.MaxWait}, {"scrape_interval", c.ScrapeInterval}, {"resolve_interval", c.ResolveInterval}, {"drain_timeout", c.DrainTimeout}, {"idle_timeout", c.IdleTimeout},
-		{"body_timeout (SKYWALKER_BODY_TIMEOUT)", c.BodyTimeout}, {"stall_timeout (SKYWALKER_STALL_TIMEOUT)", c.StallTimeout}} {
-		if f.v <= 0 {
-			bad(f.name, "must be positive")
-		}
+		bad([]string{"GossipKeys"}, "required when peering; set insecure_gossip only for development")
 	}
 	return errors.Join(errs...)
 }

@@ -69,22 +69,27 @@ func TestValidateNamesTheBadField(t *testing.T) {
 		mutate func(*Config)
 		want   string
 	}{
-		{"no region", func(c *Config) { c.Region = "" }, "region (REGION_ID)"},
-		{"no workers", func(c *Config) { c.WorkerPool = nil }, "worker_pool (LOCAL_WORKER_POOL)"},
-		{"bad worker", func(c *Config) { c.WorkerPool = []string{"ftp://x"} }, "worker_pool[0]"},
-		{"dns plus urls", func(c *Config) { c.WorkerPool = []string{"vllm.svc", "http://a:1"} }, "worker_pool[0]"},
-		{"own region as peer", func(c *Config) { c.Peers = []PeerSeed{{"us-east", "h:1"}} }, "peers[0]"},
-		{"peer address", func(c *Config) { c.Peers = []PeerSeed{{"eu-west", "nonsense"}} }, "peers[0]"},
-		{"policy", func(c *Config) { c.Policy = "random" }, "policy (SKYWALKER_POLICY)"},
+		{"no region", func(c *Config) { c.Region = "" }, "region (REGION_ID, --region): required"},
+		{"no workers", func(c *Config) { c.WorkerPool = nil }, "worker_pool (LOCAL_WORKER_POOL, --workers): list at least one"},
+		{"bad worker", func(c *Config) { c.WorkerPool = []string{"ftp://x"} }, `worker_pool (LOCAL_WORKER_POOL, --workers): entry 1: "ftp://x" is not an http(s) URL`},
+		{"dns plus urls", func(c *Config) { c.WorkerPool = []string{"vllm.svc", "http://a:1"} }, "worker_pool (LOCAL_WORKER_POOL, --workers): entry 1"},
+		{"own region as peer", func(c *Config) { c.Peers = []PeerSeed{{"us-east", "h:1"}} }, "peers (PEER_REGIONS, --peers): entry 1: region \"us-east\" is this proxy's own region"},
+		{"peer address", func(c *Config) { c.Peers = []PeerSeed{{"eu-west", "nonsense"}} }, "peers (PEER_REGIONS, --peers): entry 1"},
+		{"policy", func(c *Config) { c.Policy = "random" }, "policy (SKYWALKER_POLICY, --policy): unknown policy"},
 		{"profile", func(c *Config) { c.Profile = "tpu" }, "profile"},
 		{"listen", func(c *Config) { c.Listen = "9000" }, "listen"},
 		{"peering without a key", func(c *Config) { c.Peers = []PeerSeed{{"eu-west", "h:1"}}; c.GossipKeys = nil }, "SKYWALKER_GOSSIP_KEY"},
-		{"peering without TLS", func(c *Config) { c.GossipKeys = []string{"OpFc4ge0aP0hnkvDdg2oXw=="} }, "tls_cert (SKYWALKER_TLS_CERT): required when peering"},
+		{"peering without TLS", func(c *Config) { c.GossipKeys = []string{"OpFc4ge0aP0hnkvDdg2oXw=="} }, "tls_cert (SKYWALKER_TLS_CERT, --tls-cert): required when peering"},
 		{"a certificate without its key", func(c *Config) { c.TLSCert = "/x.crt" }, "give both or neither"},
 		{"admin on the client port", func(c *Config) { c.AdminListen = c.Listen }, "must not be the client port"},
 		{"in flight", func(c *Config) { c.MaxInFlight = 0 }, "max_in_flight"},
 		{"wait", func(c *Config) { c.MaxWait = -time.Second }, "max_wait"},
-		{"priority class bound", func(c *Config) { c.PriorityClassMax = "urgent" }, "priority_class_max (SKYWALKER_PRIORITY_CLASS_MAX)"},
+		{"a key that is not base64", func(c *Config) { c.GossipKeys = []string{"not a key"} }, "gossip_keys (SKYWALKER_GOSSIP_KEY, --gossip-key): key 1: gossip key is not base64"},
+		{"bytes per token", func(c *Config) { c.BytesPerToken = 65 }, "bytes_per_token (SKYWALKER_BYTES_PER_TOKEN, --bytes-per-token): 65 is not in 1..64"},
+		{"priority range", func(c *Config) { c.PriorityMin = 1 }, "priority_max (SKYWALKER_PRIORITY_MAX, --priority-max): 0 is below priority_min 1"},
+		{"an advertised URL", func(c *Config) { c.AdvertiseURL = "router:9000" }, "advertise_url (SKYWALKER_ADVERTISE_URL, --advertise-url)"},
+		{"emulated WAN to itself", func(c *Config) { c.EmulateWAN = map[string]time.Duration{"us-east": time.Millisecond} }, "emulate_wan (SKYWALKER_EMULATE_WAN, --emulate-wan): us-east=1ms"},
+		{"priority class bound", func(c *Config) { c.PriorityClassMax = "urgent" }, "priority_class_max (SKYWALKER_PRIORITY_CLASS_MAX, --priority-class-max)"},
 	}
 	for _, tc := range tests {
 		c := DefaultConfig()

@@ -8,7 +8,9 @@
 // region.Attempt; this package keeps only HTTP, the lock and the waiting
 // handlers.
 //
-// Files by responsibility: config.go (flags, env, YAML, validation),
+// Files by responsibility: settings.go (every setting described once:
+// YAML key, environment variable, flag, default, rule, help), config.go
+// (Config, YAML, the environment, validation),
 // server.go (listeners, endpoints' wiring, drain), handler.go (parsing and
 // accounting each client request), router.go (the lock around the region
 // core: where a request is routed, and its attempts ended), relay.go (the
