@@ -120,7 +120,7 @@ func runServe(ctx context.Context, cfg proxy.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	go n.JoinPeers(ctx, 5*time.Second)
+	go n.KeepJoined(ctx, 5*time.Second, node.RejoinEvery)
 	gossip := ""
 	if n.Mesh != nil {
 		gossip = n.Mesh.Addr()

@@ -45,7 +45,8 @@ const DefaultIdleTimeout = 60 * time.Second
 // its peers) until ctx ends; then it drains as o says: it calls Begin,
 // serves on for LameDuck, stops accepting, waits for the requests in
 // flight, calls Expire Grace before the drain deadline, and closes
-// whatever remains at the deadline.
+// whatever remains at the deadline. If a listener fails first, every
+// connection is closed at once and Run returns its error.
 func Run(ctx context.Context, l net.Listener, handler http.Handler, o Options, more ...net.Listener) error {
 	if o.IdleTimeout <= 0 {
 		o.IdleTimeout = DefaultIdleTimeout
@@ -66,6 +67,10 @@ func Run(ctx context.Context, l net.Listener, handler http.Handler, o Options, m
 	}
 	select {
 	case err := <-errc:
+		// A listener failed or was closed (a crash, in tests): the server
+		// is gone, and so is every connection, as a client of a crashed
+		// process would see it.
+		_ = hs.Close()
 		return err
 	case <-ctx.Done():
 	}

@@ -53,6 +53,12 @@ type Config struct {
 	// unlimited.
 	GossipBudget int
 
+	// Incarnation identifies this process to its peers: a node restarted
+	// under the same id is heard at once, whatever the old process's
+	// sequence numbers reached, because its incarnation is higher.
+	// Default the start time in nanoseconds.
+	Incarnation uint64
+
 	// Transport replaces memberlist's network transport (tests and the
 	// demo wrap it to emulate WAN delay); nil uses a real NetTransport.
 	Transport memberlist.Transport

@@ -29,7 +29,7 @@ func (m *Mesh) handle(b []byte) {
 			return
 		}
 		m.mu.Lock()
-		m.table.ObserveLoad(msg.Node, msg.Seq, msg.Load, now)
+		m.table.ObserveLoad(msg.Node, msg.Incarnation, msg.Seq, msg.Load, now)
 		m.mu.Unlock()
 	case msgDigest:
 		node := r.str()

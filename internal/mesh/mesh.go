@@ -73,6 +73,9 @@ func New(cfg Config, src Source) (*Mesh, error) {
 	if cfg.GossipBudget == 0 {
 		cfg.GossipBudget = DefaultGossipBudget
 	}
+	if cfg.Incarnation == 0 {
+		cfg.Incarnation = uint64(time.Now().UnixNano())
+	}
 	if cfg.NodeID == "" {
 		cfg.NodeID = cfg.Region + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	}

@@ -18,13 +18,15 @@ import (
 const (
 	// wireVersion 2 added QueuedTokens, Offloading and PrefillTokens to
 	// load summaries; version 3 a flags field (flagDraining); version 4
-	// the cache fields FreeCacheTokens and HitShare (in millionths). A
-	// load summary is sent as version 4; nodes of a release before it
-	// refuse it, which to them is the same as the node falling silent, so
-	// a mesh is upgraded whole (README, Deployment). Versions 1 to 3 are
-	// still read (the fields they lack zero: no eviction is priced for
-	// such a peer).
-	wireVersion    = 4
+	// the cache fields FreeCacheTokens and HitShare (in millionths);
+	// version 5 the sender's incarnation after the sequence number, so
+	// that a restarted node is heard at once. Messages are sent as version
+	// 5; nodes of a release before it refuse them, which to them is the
+	// same as the node falling silent, so a mesh is upgraded whole
+	// (README, Deployment). Versions 1 to 4 are still read (the fields
+	// they lack zero: no eviction is priced for such a peer, and its
+	// incarnation is 0).
+	wireVersion    = 5
 	minWireVersion = 1
 	flagDraining   = 1 << 0
 
@@ -45,8 +47,11 @@ var ErrBadMessage = errors.New("bad mesh message")
 // loadMsg is a load summary on the wire.
 type loadMsg struct {
 	Node string
-	Seq  uint64 // increases with every summary from the node
-	Load region.Load
+	// Incarnation identifies the sending process (its start time): a
+	// higher one is a restart, whose sequence starts over.
+	Incarnation uint64
+	Seq         uint64 // increases with every summary from the process
+	Load        region.Load
 }
 
 // deltaMsg carries the words of a node's digest that changed between two
@@ -94,6 +99,7 @@ func encodeLoad(m loadMsg) []byte {
 	w.header(msgLoad)
 	w.str(m.Node)
 	w.uvarint(m.Seq)
+	w.uvarint(m.Incarnation)
 	l := m.Load
 	for _, v := range []int64{int64(l.QueueWait), int64(l.Queued), int64(l.Replicas), int64(l.Slots), int64(l.Outstanding),
 		int64(l.Prefill.Fixed), int64(l.Prefill.PerToken)} {
@@ -247,6 +253,9 @@ func decodeLoad(r *reader) (loadMsg, error) {
 	var m loadMsg
 	m.Node = r.str()
 	m.Seq = r.uvarint()
+	if r.version >= 5 {
+		m.Incarnation = r.uvarint()
+	}
 	l := &m.Load
 	l.QueueWait = time.Duration(r.count(maxCount))
 	l.Queued = r.count(maxCount)

@@ -13,7 +13,7 @@ import (
 )
 
 func TestMessagesRoundTrip(t *testing.T) {
-	l := loadMsg{Node: "us-east-1", Seq: 42, Load: region.Load{QueueWait: 750 * time.Millisecond, Queued: 30, Replicas: 4, Slots: 32,
+	l := loadMsg{Node: "us-east-1", Incarnation: 1_796_000_000_123_456_789, Seq: 42, Load: region.Load{QueueWait: 750 * time.Millisecond, Queued: 30, Replicas: 4, Slots: 32,
 		Outstanding: 62, QueuedTokens: 81_000, Offloading: 3, PrefillTokens: 4096, FreeCacheTokens: 120_000, HitShare: 0.5, Prefill: policy.PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 20 * time.Microsecond, PerTokenSquared: 0.5}}}
 	typ, r, err := decodeHeader(encodeLoad(l))
 	if err != nil || typ != msgLoad {
@@ -124,37 +124,45 @@ func FuzzDecode(f *testing.F) {
 func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 	full := region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true,
 		FreeCacheTokens: 70000, HitShare: 0.625}
-	b := encodeLoad(loadMsg{Node: "n", Seq: 1, Load: full})
-	if b[2] != wireVersion || !bytes.Equal(b, legacyLoad(wireVersion, "n", 1, full)) {
+	b := encodeLoad(loadMsg{Node: "n", Incarnation: 77, Seq: 1, Load: full})
+	if b[2] != wireVersion || !bytes.Equal(b, legacyLoad(wireVersion, "n", 77, 1, full)) {
 		t.Fatalf("sent as version %d (%x), want version %d as legacyLoad writes it", b[2], b, wireVersion)
 	}
 	cases := []struct {
 		version byte
 		want    region.Load
 	}{
+		{5, full},
 		{4, full},
 		{3, region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true}},
 		{2, region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3}},
 		{1, region.Load{Queued: 2, Outstanding: 9}},
 	}
 	for _, c := range cases {
-		_, r, err := decodeHeader(legacyLoad(c.version, "n", 1, full))
+		_, r, err := decodeHeader(legacyLoad(c.version, "n", 77, 1, full))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, err := decodeLoad(r); err != nil || m.Load != c.want {
-			t.Errorf("version %d: decoded %+v, %v; want %+v", c.version, m.Load, err, c.want)
+		wantIncarnation := uint64(0)
+		if c.version >= 5 {
+			wantIncarnation = 77
+		}
+		if m, err := decodeLoad(r); err != nil || m.Load != c.want || m.Incarnation != wantIncarnation {
+			t.Errorf("version %d: decoded %+v (incarnation %d), %v; want %+v (incarnation %d)", c.version, m.Load, m.Incarnation, err, c.want, wantIncarnation)
 		}
 	}
 }
 
 // legacyLoad writes l as a node of wire version v writes a summary: the
 // fields that version has, in order.
-func legacyLoad(v byte, node string, seq uint64, l region.Load) []byte {
+func legacyLoad(v byte, node string, incarnation, seq uint64, l region.Load) []byte {
 	w := writer{}
 	w.headerVersion(msgLoad, v)
 	w.str(node)
 	w.uvarint(seq)
+	if v >= 5 {
+		w.uvarint(incarnation)
+	}
 	for _, n := range []int64{int64(l.QueueWait), int64(l.Queued), int64(l.Replicas), int64(l.Slots), int64(l.Outstanding),
 		int64(l.Prefill.Fixed), int64(l.Prefill.PerToken)} {
 		w.uvarint(uint64(n))

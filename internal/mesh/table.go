@@ -73,6 +73,8 @@ type nodeState struct {
 	name     string
 	meta     Meta
 	load     region.Load
+	heard    bool   // a load summary arrived: incarnation is the sender's
+	incarn   uint64 // the sending process's incarnation
 	loadSeq  uint64
 	loadAt   time.Time // when the newest summary arrived; zero before one
 	digest   *digest.Digest
@@ -140,14 +142,27 @@ func (t *Table) NodeRegion(name string) string {
 	return ""
 }
 
-// ObserveLoad records a load summary that arrived from node at now; it is
-// kept only if newer (by sequence) than the one held. It reports whether
-// it was kept.
-func (t *Table) ObserveLoad(node string, seq uint64, l region.Load, now time.Time) bool {
+// ObserveLoad records a load summary that arrived from node at now, sent by
+// the process of that incarnation with that sequence number. It is kept
+// when it is newer than the one held: of the same incarnation with a
+// higher sequence, or of a later incarnation (the node restarted: its
+// sequence started over, and the digest of the old process is dropped so
+// that the new one is pulled whole). A summary of an earlier incarnation
+// is kept only once the one held is stale (a clock stepped back across a
+// restart must not silence a node). It reports whether it was kept.
+func (t *Table) ObserveLoad(node string, incarnation, seq uint64, l region.Load, now time.Time) bool {
 	n := t.nodes[node]
-	if n == nil || seq <= n.loadSeq {
+	if n == nil {
 		return false
 	}
+	switch {
+	case !n.heard || incarnation == n.incarn && seq > n.loadSeq:
+	case incarnation > n.incarn || incarnation < n.incarn && now.Sub(n.loadAt) > t.maxDataAge:
+		n.digest, n.digestAt = nil, time.Time{}
+	default:
+		return false
+	}
+	n.heard, n.incarn = true, incarnation
 	n.load, n.loadSeq, n.loadAt = l, seq, now
 	t.version++
 	return true

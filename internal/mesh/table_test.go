@@ -20,16 +20,16 @@ func TestTablePeersAggregateFreshNodes(t *testing.T) {
 	tb.Join("ap-1", Meta{Region: "ap-east", Jurisdiction: "ap", APIAddr: "http://ap-1"})
 	tb.Join("us-2", Meta{Region: "us-east", APIAddr: "http://us-2"}) // same region: not a peer
 
-	if !tb.ObserveLoad("eu-1", 1, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256, QueueWait: 50 * time.Millisecond,
+	if !tb.ObserveLoad("eu-1", 0, 1, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256, QueueWait: 50 * time.Millisecond,
 		FreeCacheTokens: 9000, HitShare: 0.4}, t0) ||
-		!tb.ObserveLoad("eu-2", 5, region.Load{Queued: 2, Outstanding: 7, Replicas: 4, Slots: 256, QueueWait: 80 * time.Millisecond,
+		!tb.ObserveLoad("eu-2", 0, 5, region.Load{Queued: 2, Outstanding: 7, Replicas: 4, Slots: 256, QueueWait: 80 * time.Millisecond,
 			FreeCacheTokens: 3000, HitShare: 0.6}, t0.Add(time.Second)) {
 		t.Fatal("fresh summaries refused")
 	}
-	if tb.ObserveLoad("eu-2", 4, region.Load{Queued: 99}, t0.Add(time.Second)) {
+	if tb.ObserveLoad("eu-2", 0, 4, region.Load{Queued: 99}, t0.Add(time.Second)) {
 		t.Error("an older summary (by sequence) replaced a newer one")
 	}
-	if tb.ObserveLoad("nobody", 1, region.Load{}, t0) {
+	if tb.ObserveLoad("nobody", 0, 1, region.Load{}, t0) {
 		t.Error("a summary from an unknown node was kept")
 	}
 
@@ -48,11 +48,11 @@ func TestTablePeersAggregateFreshNodes(t *testing.T) {
 	}
 
 	// A node that says it is draining is no longer a node to forward to.
-	tb.ObserveLoad("eu-1", 2, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256, Draining: true}, t0.Add(1200*time.Millisecond))
+	tb.ObserveLoad("eu-1", 0, 2, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256, Draining: true}, t0.Add(1200*time.Millisecond))
 	if eu := tb.Peers(t0.Add(1500 * time.Millisecond))[1]; eu.Nodes != 1 || len(eu.APIAddrs) != 1 || eu.APIAddrs[0] != "http://eu-2" {
 		t.Errorf("eu-1 draining: %d nodes at %v; want eu-2 alone", eu.Nodes, eu.APIAddrs)
 	}
-	tb.ObserveLoad("eu-1", 3, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256}, t0)
+	tb.ObserveLoad("eu-1", 0, 3, region.Load{Queued: 3, Outstanding: 10, Replicas: 4, Slots: 256}, t0)
 
 	// eu-1's summary is 2.5 s old: it no longer counts.
 	eu = tb.Peers(t0.Add(2500 * time.Millisecond))[1]
@@ -86,7 +86,7 @@ func TestTableDigestsAreUnionedPerRegion(t *testing.T) {
 	tb.Join("eu-1", Meta{Region: "eu-west"})
 	tb.Join("eu-2", Meta{Region: "eu-west"})
 	for _, n := range []string{"eu-1", "eu-2"} {
-		tb.ObserveLoad(n, 1, region.Load{Replicas: 1}, t0)
+		tb.ObserveLoad(n, 0, 1, region.Load{Replicas: 1}, t0)
 	}
 	d1 := digest.New("eu-west", "eu-1", 2, 1000, 0.01)
 	d1.Add(1)
@@ -147,7 +147,7 @@ func TestTablePeersCacheAgreesWithARecomputation(t *testing.T) {
 		switch rng.IntN(4) {
 		case 0:
 			seq++
-			tb.ObserveLoad(nodes[rng.IntN(len(nodes))], seq, region.Load{Queued: rng.IntN(9), Outstanding: rng.IntN(99), Replicas: 2, Slots: 64}, now)
+			tb.ObserveLoad(nodes[rng.IntN(len(nodes))], 0, seq, region.Load{Queued: rng.IntN(9), Outstanding: rng.IntN(99), Replicas: 2, Slots: 64}, now)
 		case 1:
 			tb.ObserveProbe([]string{"eu-west", "ap-east"}[rng.IntN(2)], time.Duration(50+rng.IntN(300))*time.Millisecond, rng.IntN(10) > 0, now)
 		default:
@@ -159,5 +159,44 @@ func TestTablePeersCacheAgreesWithARecomputation(t *testing.T) {
 		if !reflect.DeepEqual(cached, fresh) {
 			t.Fatalf("step %d at %v: cached %+v, recomputed %+v", step, now.Sub(t0), cached, fresh)
 		}
+	}
+}
+
+// TestARestartedNodeIsHeardAtOnce: a node restarted under the same id
+// starts its sequence over; its first summary is kept because its
+// incarnation is higher, however long the old process ran, and the old
+// process's digest is dropped (the new one is pulled whole). Late summaries
+// of the old process are not; one of an earlier incarnation is kept only
+// once the one held is stale (a clock stepped back across the restart).
+func TestARestartedNodeIsHeardAtOnce(t *testing.T) {
+	tb := NewTable("us-east", region.DefaultControlPlane())
+	tb.Join("eu-1", Meta{Region: "eu-west", APIAddr: "http://eu-1"})
+	const oldProcess, newProcess = 1_000, 2_000
+	weekOfSummaries := uint64(7 * 24 * 3600 * 4) // every 250 ms for a week
+	if !tb.ObserveLoad("eu-1", oldProcess, weekOfSummaries, region.Load{Queued: 50, Replicas: 4}, t0) {
+		t.Fatal("the first summary was refused")
+	}
+	if !tb.ObserveDigest("eu-1", digest.New("eu-west", "eu-1", 900, 1000, 0.01), t0) {
+		t.Fatal("the old process's digest was refused")
+	}
+	at := t0.Add(250 * time.Millisecond)
+	if !tb.ObserveLoad("eu-1", newProcess, 1, region.Load{Queued: 1, Replicas: 4}, at) {
+		t.Fatal("the restarted process's first summary was refused: it is ignored until its sequence passes the old one")
+	}
+	if tb.Digest("eu-1") != nil {
+		t.Error("the old process's digest is still held after a restart")
+	}
+	if eu := tb.Peers(at)[0]; eu.Load.Queued != 1 {
+		t.Errorf("peers see queue %d, want the new process's 1", eu.Load.Queued)
+	}
+	if tb.ObserveLoad("eu-1", oldProcess, weekOfSummaries+1, region.Load{Queued: 99}, at) {
+		t.Error("a late summary of the old process replaced the new one")
+	}
+	if !tb.ObserveLoad("eu-1", newProcess, 2, region.Load{Queued: 2}, at.Add(250*time.Millisecond)) {
+		t.Error("the new process's next summary was refused")
+	}
+	stale := at.Add(region.DefaultControlPlane().MaxDataAge + time.Second)
+	if !tb.ObserveLoad("eu-1", oldProcess+1, 1, region.Load{Queued: 3}, stale) {
+		t.Error("after the held summary went stale, a restart with a lower incarnation (clock stepped back) is still ignored")
 	}
 }

@@ -3,14 +3,19 @@ package node_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"skywalker/internal/engine/server"
+	"skywalker/internal/mesh"
 	"skywalker/internal/node"
 	"skywalker/internal/node/nodetest"
 	"skywalker/internal/proxy"
+	"skywalker/internal/region"
 )
 
 // TestConvergedSaysWhatIsMissing: a converged cluster says nothing is
@@ -70,9 +75,7 @@ func TestAProxyTellsItsGossipAddressAndJoinsThroughAURL(t *testing.T) {
 	t.Cleanup(n.Kill)
 	ctx, cancel := context.WithTimeout(context.Background(), nodetest.Converge)
 	defer cancel()
-	if reached := n.JoinPeers(ctx, 100*time.Millisecond); reached == 0 {
-		t.Fatal("joined nobody through us-east's URL")
-	}
+	go n.KeepJoined(ctx, 100*time.Millisecond, node.RejoinEvery)
 	nodetest.Eventually(t, nodetest.Converge, "sa-east hears every region", func() (bool, string) {
 		var names []string
 		for _, p := range n.Mesh.Peers() {
@@ -114,4 +117,98 @@ func TestEmulatedWANBetweenSeparateNodes(t *testing.T) {
 		}
 		return false, "east not among west's peers"
 	})
+}
+
+// TestASeedRestartedAloneIsFoundAgainAndHeardAtOnce: the seed of a mesh
+// crashes and comes back under the same id and URL, with no peers of its
+// own: at the same gossip address (a process restarted in place), or at
+// another (a pod rescheduled). The others find it again by joining their
+// seeds (asking its URL for the address) every rejoin interval, and hear
+// its load at once although its new process's sequence numbers start far
+// below the old one's.
+func TestASeedRestartedAloneIsFoundAgainAndHeardAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		sameGossipAdr bool
+	}{{"in place", true}, {"at another gossip address", false}} {
+		t.Run(tc.name, func(t *testing.T) { restartTheSeed(t, tc.sameGossipAdr) })
+	}
+}
+
+func restartTheSeed(t *testing.T, sameGossipAddr bool) {
+	eng, err := server.StartLoopback(nodetest.EngineConfig(20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(eng.Kill)
+	seedListen, seedGossip := freeAddr(t), "127.0.0.1:0"
+	if sameGossipAddr {
+		seedGossip = freeAddr(t)
+	}
+	start := func(region, listen, gossip string, peers []proxy.PeerSeed, loadEvery time.Duration) *node.Node {
+		cfg := proxy.DefaultConfig()
+		cfg.Region, cfg.NodeID, cfg.Listen, cfg.GossipBind, cfg.AdminListen = region, region+"-proxy", listen, gossip, "off"
+		cfg.WorkerPool, cfg.GossipKeys, cfg.MeshPreset, cfg.InsecureForwarding = []string{eng.URL}, []string{node.DevKey}, "local", true
+		cfg.Peers = peers
+		n, err := node.Start(context.Background(), node.Options{Proxy: cfg, Mesh: func(mc *mesh.Config) {
+			mc.Control.LoadInterval, mc.Control.LoadCheck = loadEvery, min(loadEvery, 50*time.Millisecond)
+		}})
+		if err != nil {
+			t.Fatalf("start %s: %v", region, err)
+		}
+		t.Cleanup(n.Kill)
+		return n
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The first seed process sends a summary every millisecond (over a
+	// thousand before it dies); its successor one every 500 ms, so that
+	// without incarnations it would be ignored for many minutes.
+	seed := start("sa-east", seedListen, seedGossip, nil, time.Millisecond)
+	seeds := []proxy.PeerSeed{{Region: "sa-east", Addr: "http://" + seedListen}}
+	others := []*node.Node{start("us-east", "127.0.0.1:0", "127.0.0.1:0", seeds, 100*time.Millisecond),
+		start("eu-west", "127.0.0.1:0", "127.0.0.1:0", seeds, 100*time.Millisecond)}
+	for _, o := range others {
+		go o.KeepJoined(ctx, 100*time.Millisecond, 500*time.Millisecond)
+	}
+	members := func(n *node.Node, want int) func() (bool, string) {
+		return func() (bool, string) {
+			m := n.Mesh.Members()
+			return len(m) == want, n.Region + " knows " + strings.Join(m, ", ")
+		}
+	}
+	nodetest.Eventually(t, nodetest.Converge, "the mesh forms through the seed", members(seed, 3))
+	time.Sleep(1500 * time.Millisecond) // the first seed process sends its summaries
+
+	seed.Kill()
+	killed := time.Now()
+	seed = start("sa-east", seedListen, seedGossip, nil, 500*time.Millisecond)
+	nodetest.Eventually(t, nodetest.Converge, "the restarted seed, knowing nobody, is found again", members(seed, 3))
+	t.Logf("the restarted seed knew every member %v after its restart", time.Since(killed).Round(10*time.Millisecond))
+	maxAge := region.DefaultControlPlane().MaxDataAge
+	for _, o := range others {
+		nodetest.Eventually(t, nodetest.Converge, o.Region+" hears the restarted seed's load", func() (bool, string) {
+			if time.Since(killed) <= maxAge {
+				return false, "the old process's data may still be fresh"
+			}
+			for _, p := range o.Mesh.Peers() {
+				if p.Region == "sa-east" {
+					return p.Healthy, fmt.Sprintf("sa-east healthy %v, data age %v", p.Healthy, p.DataAge)
+				}
+			}
+			return false, "sa-east is not a peer"
+		})
+	}
+	t.Logf("peers heard the restarted seed %v after its restart (data older than %v is not used)", time.Since(killed).Round(10*time.Millisecond), maxAge)
+}
+
+// freeAddr is a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }

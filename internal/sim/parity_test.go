@@ -165,8 +165,8 @@ func newParity(t *testing.T) *parity {
 	apLoad := region.Load{Queued: 0, Replicas: 4, Slots: 256, Outstanding: 3, Prefill: policy.PrefillOf(prof)}
 	step := func(d time.Duration) { w.now += d }
 	step(10 * time.Millisecond)
-	table.ObserveLoad("eu-west", 7, euLoad, now())
-	table.ObserveLoad("ap-east", 2, apLoad, now())
+	table.ObserveLoad("eu-west", 0, 7, euLoad, now())
+	table.ObserveLoad("ap-east", 0, 2, apLoad, now())
 	table.ObserveDigest("eu-west", peerDigest, now())
 	mustHandle(t, w, event{kind: evLoadArrive, router: 0, replica: 1, payload: loadMsg{seq: 7, load: euLoad}})
 	mustHandle(t, w, event{kind: evLoadArrive, router: 0, replica: 2, payload: loadMsg{seq: 2, load: apLoad}})

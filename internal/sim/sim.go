@@ -292,7 +292,7 @@ func (w *world) handle(e event) error {
 		w.every(evLoadCheck, e.router, cp.LoadCheck)
 	case evLoadArrive:
 		msg := e.payload.(loadMsg)
-		r.table.ObserveLoad(w.routers[e.replica].name, msg.seq, msg.load, r.now())
+		r.table.ObserveLoad(w.routers[e.replica].name, 0, msg.seq, msg.load, r.now())
 	case evDigestPublish:
 		r.publishDigest()
 		w.every(evDigestPublish, e.router, cp.DigestInterval)
