@@ -124,12 +124,14 @@ func proxyConfig(c corev1.Container, secrets map[string]string) (proxy.Config, e
 		switch {
 		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil:
 			env[e.Name] = map[string]string{"status.podIP": "10.0.0.7", "metadata.name": "skywalker-abc"}[e.ValueFrom.FieldRef.FieldPath]
+		case e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil:
+			env[e.Name] = e.ValueFrom.ResourceFieldRef.Resource
 		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
 			env[e.Name] = secrets[e.ValueFrom.SecretKeyRef.Name]
 		default:
 			env[e.Name] = strings.ReplaceAll(e.Value, "$(POD_IP)", env["POD_IP"])
 		}
-		if e.Name != "POD_IP" && !slices.Contains(proxy.EnvVars(), e.Name) {
+		if e.Name != "POD_IP" && e.Name != "GOMEMLIMIT" && !slices.Contains(proxy.EnvVars(), e.Name) {
 			return proxy.Config{}, fmt.Errorf("env %s is not read by skywalker serve", e.Name)
 		}
 	}
@@ -198,6 +200,9 @@ func TestEveryExampleRendersToValidObjectsTheBinaryAccepts(t *testing.T) {
 				} else if grace, need := time.Duration(*pod.Spec.TerminationGracePeriodSeconds)*time.Second,
 					time.Duration(ctr.Lifecycle.PreStop.Sleep.Seconds)*time.Second+cfg.DrainTimeout; grace <= need {
 					t.Errorf("%s: terminationGracePeriodSeconds %v, but preStop + drain take %v: the kubelet would kill the drain", d.Name, grace, need)
+				}
+				if !hasMemoryLimitEnv(ctr) {
+					t.Errorf("%s: GOMEMLIMIT is not the container's memory limit (%v): the heap could grow past it", d.Name, ctr.Resources.Limits.Memory())
 				}
 				if !selectedByService(objs.services, pod.Labels, "http") {
 					t.Errorf("%s: no Service sends clients to it", d.Name)
@@ -353,4 +358,15 @@ func TestTheChartLintsCleanly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// hasMemoryLimitEnv: the container has a memory limit and tells the Go
+// runtime, by GOMEMLIMIT, to collect before it.
+func hasMemoryLimitEnv(c corev1.Container) bool {
+	for _, e := range c.Env {
+		if e.Name == "GOMEMLIMIT" && e.ValueFrom != nil && e.ValueFrom.ResourceFieldRef != nil {
+			return e.ValueFrom.ResourceFieldRef.Resource == "limits.memory" && !c.Resources.Limits.Memory().IsZero()
+		}
+	}
+	return false
 }

@@ -294,7 +294,7 @@ func TestDeclaredButUnsentBodiesCostLittleMemory(t *testing.T) {
 	}
 	var after runtime.MemStats
 	testwait.Eventually(t, 30*time.Second, "the proxy to read what the 100 clients sent", func() (bool, string) {
-		n := p.srv.bodyBytes.Load()
+		n := p.srv.bodies.held()
 		return n >= 100*1000, fmt.Sprintf("%d bytes of bodies held", n)
 	})
 	runtime.ReadMemStats(&after)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,109 @@ func TestChaos(t *testing.T) {
 		wg.Wait()
 		row("20 uploads at 1 byte / 100 ms (1 s body timeout)", &tl)
 	})
+	t.Run("withheld uploads", func(t *testing.T) {
+		row("32 uploads of 16 MiB - 1 from one client, the last byte withheld", withheldUploads(t))
+	})
 	t.Log("\n" + table.String())
+}
+
+// withheldUploads: with the default settings, 32
+// connections from one client each send 16 MiB − 1 of a 16 MiB body at
+// once and withhold the last byte. The client may hold only its share of
+// the body budget (the rest are refused 429 before a byte is read), the
+// held ones are cut with a 408 one body timeout after their last byte (not
+// after the 512 s their bytes earned), and another client is served all
+// the while.
+func withheldUploads(t *testing.T) *tally {
+	backend, _ := countingBackend(t)
+	p := startSolo(t, []string{backend.URL}, nil)
+	cfg := DefaultConfig()
+	const uploads, size = 32, 16 << 20
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	prefix := `{"messages":[{"role":"user","content":"`
+	payload := []byte(prefix + strings.Repeat("a", size-1-len(prefix))) // shared: the clients' memory is not the proxy's
+	type answer struct {
+		status int
+		body   string
+		after  time.Duration // since the last byte was sent
+	}
+	answers := make(chan answer, uploads)
+	for range uploads {
+		conn, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		go func() {
+			_, _ = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+			_, _ = conn.Write(payload)
+			sent := time.Now()
+			_ = conn.SetReadDeadline(time.Now().Add(3 * time.Minute))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				answers <- answer{status: 0, body: err.Error(), after: time.Since(sent)}
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers <- answer{status: resp.StatusCode, body: string(body), after: time.Since(sent)}
+		}()
+	}
+	// Another client (another loopback address) is served while the
+	// uploads are held.
+	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	var peak int64
+	testwait.Eventually(t, time.Minute, "the uploads to reach the client's share of the body budget", func() (bool, string) {
+		peak = max(peak, p.srv.bodies.held())
+		return peak >= int64(cfg.ClientBodyBudget)-size, fmt.Sprintf("%d MiB held", peak>>20)
+	})
+	resp, err := other.Post("http://"+p.addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("another client, while one client withholds %d uploads: status %d, want 200", uploads, resp.StatusCode)
+	}
+	var during runtime.MemStats
+	runtime.ReadMemStats(&during)
+	counts := map[int]int{}
+	var tl tally
+	for range uploads {
+		select {
+		case a := <-answers:
+			counts[a.status]++
+			if a.status == 0 {
+				tl.add(lost, a.after)
+			} else {
+				tl.add(answered, a.after)
+			}
+			switch a.status {
+			case 408:
+				if a.after > 2*time.Minute {
+					t.Errorf("a withheld upload was cut %v after its last byte; the body timeout is %v", a.after, cfg.BodyTimeout)
+				}
+			case 429:
+				if !strings.Contains(a.body, "client_body_budget") {
+					t.Errorf("429 %s: want it to name client_body_budget", a.body)
+				}
+			default:
+				t.Errorf("a withheld upload was answered %d %s, want 408 or 429", a.status, a.body)
+			}
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("answers so far %v: the other withheld uploads were not answered within 3 minutes (the body timeout is %v)", counts, cfg.BodyTimeout)
+		}
+	}
+	if counts[408] == 0 || counts[429] == 0 || peak > int64(cfg.ClientBodyBudget) {
+		t.Errorf("answers %v, peak held %d MiB: want some held and cut (408), the rest refused (429), at most the client's %d MiB held",
+			counts, peak>>20, cfg.ClientBodyBudget>>20)
+	}
+	grew := int64(during.HeapInuse) - int64(before.HeapInuse)
+	t.Logf("%d withheld 16 MiB uploads: %v; peak held %d MiB; heap grew %d MiB", uploads, counts, peak>>20, grew>>20)
+	if grew > 1<<30 {
+		t.Errorf("heap grew %d MiB, over the Helm chart's 1 GiB limit", grew>>20)
+	}
+	return &tl
 }

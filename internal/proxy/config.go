@@ -87,6 +87,10 @@ type Config struct {
 	// is refused 429 + Retry-After, before it is read if its length is
 	// declared (SKYWALKER_BODY_BUDGET; default 512 MiB).
 	BodyBudget int `yaml:"body_budget"`
+	// ClientBodyBudget bounds the bytes of request bodies one client (its
+	// IP address) holds at once, so that one client cannot take the whole
+	// BodyBudget (SKYWALKER_CLIENT_BODY_BUDGET; default 128 MiB).
+	ClientBodyBudget int `yaml:"client_body_budget"`
 	// PriorityMin and PriorityMax bound the body's vLLM "priority" (lower
 	// runs first at an engine with priority scheduling); a value outside
 	// is a 400 (SKYWALKER_PRIORITY_MIN / SKYWALKER_PRIORITY_MAX; default 0
@@ -210,7 +214,7 @@ func DefaultConfig() Config {
 	return Config{Listen: ":9000", GossipBind: ":7946", MaxWANRTT: cp.MaxWANRTT, ClusterLabel: "skywalker",
 		MeshPreset: "wan", GossipBudget: mesh.DefaultGossipBudget, Policy: "skywalker", Profile: profile.Default, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
-		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, BodyBudget: 512 << 20, StallTimeout: 30 * time.Second,
+		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, BodyBudget: 512 << 20, ClientBodyBudget: 128 << 20, StallTimeout: 30 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
 		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
 		PriorityClassMax: request.Standard.String(), ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}

@@ -6,14 +6,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"skywalker/internal/apierr"
@@ -35,14 +33,17 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		defer s.active.Done()
 		arrival := time.Now()
 		rc := http.NewResponseController(w)
-		if declared := r.ContentLength; declared > 0 && s.bodyBytes.Load()+declared > int64(s.cfg.BodyBudget) {
-			abandonBody(rc, r)
-			s.reject(w, errBodyBudget, "overloaded")
-			return
+		client := clientOf(r)
+		if declared := r.ContentLength; declared > 0 {
+			if refusal := s.bodies.fits(client, BodyMemoryFactor*declared); refusal != nil {
+				abandonBody(rc, r)
+				s.reject(w, refusal, "overloaded")
+				return
+			}
 		}
 		bufp := bodyBuffers.get(r.ContentLength)
-		paced := pacedBody{body: r.Body, rc: rc, start: arrival,
-			grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate), held: &s.bodyBytes, budget: int64(s.cfg.BodyBudget)}
+		paced := pacedBody{body: r.Body, rc: rc, start: arrival, grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate),
+			ledger: s.bodies, client: client}
 		defer paced.release()
 		req, body, err := request.ParseFrom(kind, &paced, r.ContentLength, *bufp,
 			request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes, BytesPerToken: s.cfg.BytesPerToken})
@@ -109,49 +110,6 @@ func (s *Server) acceptForward(r *http.Request, marker string, body []byte, now 
 	}
 	return s.markers.verify(marker, s.cfg.Region, body, now)
 }
-
-// abandonBody gives up on the rest of a request body: the server would
-// otherwise read (up to 256 KB of) it at the client's pace before sending
-// the answer; the connection closes after the answer instead.
-func abandonBody(rc *http.ResponseController, r *http.Request) {
-	_ = rc.SetReadDeadline(time.Now())
-	_ = r.Body.Close()
-}
-
-// pacedBody enforces a least upload rate on a request body: each read must
-// end by start + grace + received/rate, so a client that stops sending, or
-// dribbles, is cut off (the parse fails with a 408) instead of holding a
-// goroutine and a buffer; one that keeps the rate is never hurried. It
-// also counts what it received against the proxy's budget for bytes held
-// in request bodies: past it, the read fails with a 429.
-type pacedBody struct {
-	body     io.Reader
-	rc       *http.ResponseController
-	start    time.Time
-	grace    time.Duration
-	rate     float64 // bytes per second
-	received int64
-	held     *atomic.Int64 // bytes in every request body held now
-	budget   int64
-}
-
-// errBodyBudget refuses a body the proxy has no room to hold.
-var errBodyBudget = &apierr.Error{Code: apierr.Overloaded, RetryAfter: time.Second,
-	Message: "the proxy holds as many request bodies as it may (body_budget); retry shortly"}
-
-func (p *pacedBody) Read(b []byte) (int, error) {
-	_ = p.rc.SetReadDeadline(p.start.Add(p.grace + time.Duration(float64(p.received)/p.rate*float64(time.Second))))
-	n, err := p.body.Read(b)
-	p.received += int64(n)
-	if p.held.Add(int64(n)) > p.budget && err == nil {
-		err = errBodyBudget
-	}
-	return n, err
-}
-
-// release gives back what the body counted against the budget, when the
-// request ends (its body is held until then: retries resend it).
-func (p *pacedBody) release() { p.held.Add(-p.received) }
 
 // The headers a client steers its request with, besides the body's
 // metadata (see README "Talking to SkyWalker").

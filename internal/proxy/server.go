@@ -52,7 +52,7 @@ type Server struct {
 	metrics    *metrics
 	handler    http.Handler
 	draining   atomic.Bool
-	bodyBytes  atomic.Int64 // bytes received in request bodies held now
+	bodies     *bodyLedger // bytes received in request bodies held now
 	active     sync.WaitGroup
 	ids        atomic.Uint64
 	started    time.Time
@@ -96,7 +96,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		transport = t
 	}
-	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, noisy: lograte.New(NoisyLogEvery, time.Now),
+	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, bodies: newBodyLedger(cfg.BodyBudget, cfg.ClientBodyBudget), noisy: lograte.New(NoisyLogEvery, time.Now),
 		demand: newDemand(cfg.Region), upstream: transport, started: time.Now()}
 	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers, Observe: s.observe})
 	if err != nil {

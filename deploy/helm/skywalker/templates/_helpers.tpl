@@ -70,6 +70,9 @@ spec:
         - {name: gossip-udp, containerPort: 7946, protocol: UDP}
       env:
         - {name: POD_IP, valueFrom: {fieldRef: {fieldPath: status.podIP}}}
+        # The Go runtime collects harder as the heap nears the container's
+        # memory limit, instead of being killed past it.
+        - {name: GOMEMLIMIT, valueFrom: {resourceFieldRef: {resource: limits.memory}}}
         - {name: SKYWALKER_NODE_ID, valueFrom: {fieldRef: {fieldPath: metadata.name}}}
         - {name: REGION_ID, value: {{ $root.Values.region | quote }}}
         {{- with $root.Values.jurisdiction }}
