@@ -127,18 +127,45 @@ func TestFairQueuingKeepsATenantsBurstBehindItself(t *testing.T) {
 		quiet := req("quiet")
 		quiet.Tenant = "quiet"
 		b.Submit(t0, quiet, env)
-		pos := -1
-		for i, h := range b.Held(t0) {
-			if h.ID == "quiet" {
-				pos = i
-			}
-		}
+		pos := heldAt(b, "quiet")
 		switch {
 		case !fifo && pos > 1:
 			t.Errorf("fair queuing: the quiet tenant's request is %d requests deep behind the noisy tenant's burst", pos)
 		case fifo && pos != 20:
 			t.Errorf("FIFO: the quiet tenant's request is at %d, want behind all 20", pos)
 		}
+	}
+}
+
+// TestInventedTenantsShareOneFlow: a client that names a new tenant for
+// every request gets a fair share of its own for the first MaxTenants
+// only; the rest share one flow, so a tenant that was there keeps its
+// place near the front.
+func TestInventedTenantsShareOneFlow(t *testing.T) {
+	env := newFakeRegion(1, 1)
+	b := New(policy.NewSkywalker(policy.DefaultSkywalkerConfig()), Config{MaxQueue: 1000, MaxWait: time.Minute, MaxTenants: 4})
+	b.Submit(t0, req("running"), env)
+	quiet := req("quiet-1")
+	quiet.Tenant = "quiet"
+	b.Submit(t0, quiet, env)
+	for i := range 100 {
+		r := req(fmt.Sprint("flood", i))
+		r.Tenant = fmt.Sprint("invented-", i)
+		b.Submit(t0, r, env)
+	}
+	again := req("quiet-2")
+	again.Tenant = "quiet"
+	b.Submit(t0, again, env)
+	pos := heldAt(b, "quiet-2")
+	// Its share: behind its first request, one from each of the three
+	// tenants that got their own flow and the overflow's.
+	if pos < 0 || pos > 6 {
+		t.Errorf("the quiet tenant's second request is %d deep behind 100 invented tenants; want within the first 6", pos)
+	}
+	flows := map[string]bool{}
+	b.HeldBy(func(_ request.Class, tenant string, _ int) { flows[tenant] = true })
+	if len(flows) != 5 || !flows[OverflowTenant] {
+		t.Errorf("flows %v: want the quiet tenant, 3 invented ones and the overflow", flows)
 	}
 }
 
@@ -191,4 +218,14 @@ func BenchmarkSubmitWith10kQueued(b *testing.B) {
 		bal.Submit(t0, reqs[i], env)
 		bal.Cancel(reqs[i])
 	}
+}
+
+// heldAt is the position of the request id among the held, or -1.
+func heldAt(b *Balancer, id string) int {
+	for i, h := range b.Held(t0) {
+		if h.ID == id {
+			return i
+		}
+	}
+	return -1
 }

@@ -42,11 +42,20 @@ type Config struct {
 	// TenantMaxHeld, if positive, is the most requests one tenant may have
 	// held in this balancer; past it its requests are refused with 429.
 	TenantMaxHeld int
+	// MaxTenants bounds the tenants of a class that have a fair share of
+	// their own at once; the requests of further tenants share one
+	// (OverflowTenant), so that a client inventing tenant names cannot
+	// put each of its requests at the front. Default 64.
+	MaxTenants int
 }
+
+// OverflowTenant is the flow the requests of tenants beyond MaxTenants
+// share.
+const OverflowTenant = "\x00overflow"
 
 // DefaultConfig returns the documented defaults.
 func DefaultConfig() Config {
-	return Config{MaxQueue: 4096, MaxWait: 30 * time.Second, RetryAfter: time.Second, ScanDepth: 16}
+	return Config{MaxQueue: 4096, MaxWait: 30 * time.Second, RetryAfter: time.Second, ScanDepth: 16, MaxTenants: 64}
 }
 
 func (c Config) withDefaults() Config {
@@ -56,6 +65,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWait <= 0 {
 		c.MaxWait = d.MaxWait
+	}
+	if c.MaxTenants <= 0 {
+		c.MaxTenants = d.MaxTenants
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = d.RetryAfter
@@ -109,6 +121,9 @@ type Balancer struct {
 	vtime     [request.NumClasses]float64 // per class: start tag of the last request served
 	classHeld [request.NumClasses]int
 	flows     map[flowKey]*flow
+	// classFlows counts flows per class (at most MaxTenants, and the
+	// overflow).
+	classFlows [request.NumClasses]int
 }
 
 type held struct {
@@ -219,6 +234,10 @@ func (b *Balancer) tag(now time.Time, req *request.Request) *held {
 		key.tenant = req.Tenant
 	}
 	f := b.flows[key]
+	if f == nil && !b.cfg.FIFO && b.classFlows[req.Class] >= b.cfg.MaxTenants {
+		key.tenant = OverflowTenant
+		f = b.flows[key]
+	}
 	if f == nil {
 		f = &flow{key: key}
 	}
@@ -344,6 +363,7 @@ func (b *Balancer) enqueue(h *held, i int) {
 	f := h.flow
 	if b.flows[f.key] == nil {
 		b.flows[f.key] = f
+		b.classFlows[f.key.class]++
 	}
 	f.held++
 	b.classHeld[h.req.Class]++
@@ -529,8 +549,10 @@ func (b *Balancer) remove(i int, served bool) {
 				delete(b.flows, k)
 			}
 		}
+		b.classFlows[c] = 0
 	case f.held <= 0 && f.finish <= b.vtime[c]:
 		delete(b.flows, f.key) // idle and caught up: forget it
+		b.classFlows[c]--
 	}
 }
 

@@ -79,10 +79,21 @@ func (t *tally) String() string {
 
 // streamOnce sends one streaming chat request and classifies its end.
 func streamOnce(addr string, i, maxTokens int) (ending, time.Duration) {
+	return streamAs(&http.Client{Timeout: 60 * time.Second}, addr, nil, i, maxTokens)
+}
+
+// streamAs is streamOnce from client, with extra headers.
+func streamAs(client *http.Client, addr string, header map[string]string, i, maxTokens int) (ending, time.Duration) {
 	start := time.Now()
-	client := &http.Client{Timeout: 60 * time.Second}
 	body := fmt.Sprintf(`{"stream":true,"max_tokens":%d,"messages":[{"role":"user","content":"chaos %d: %s"}]}`, maxTokens, i, strings.Repeat("words ", 50))
-	resp, err := client.Post("http://"+addr+"/v1/chat/completions", "application/json", strings.NewReader(body))
+	req, err := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return lost, 0
+	}
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return lost, time.Since(start)
 	}
@@ -252,6 +263,48 @@ func TestChaos(t *testing.T) {
 		wg.Wait()
 		row("20 uploads at 1 byte / 100 ms (1 s body timeout)", &tl)
 	})
+	t.Run("a flooder rotating tenant names", func(t *testing.T) {
+		url, _ := simEngine(t, server.Faults{})
+		p := startSolo(t, []string{url}, func(c *Config) { c.MaxInFlight, c.TTFTObjective = 2, 2*time.Second })
+		flooder := &http.Client{Timeout: time.Minute}
+		quiet := fromAddress(net.IPv4(127, 0, 0, 2))
+		stop := make(chan struct{})
+		var flood tally
+		var wg sync.WaitGroup
+		for g := range 40 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					e, took := streamAs(flooder, p.addr, map[string]string{GatewayTenantHeader: fmt.Sprint("rotating-", (g*1000+i)%200)}, i, 64)
+					flood.add(e, took)
+					if e == answered {
+						time.Sleep(20 * time.Millisecond) // refused: a moment before the next
+					}
+				}
+			}()
+		}
+		testwait.Eventually(t, 30*time.Second, "the flood to fill the queue", func() (bool, string) {
+			n := p.srv.QueueLength()
+			return n >= 20, fmt.Sprintf("%d held", n)
+		})
+		var quietTally tally
+		for i := range 20 {
+			quietTally.add(streamAs(quiet, p.addr, map[string]string{GatewayTenantHeader: "quiet"}, i, 64))
+		}
+		close(stop)
+		wg.Wait()
+		row("a flooder (40 at once, 200 tenant names) beside a quiet client: the quiet one", &quietTally)
+		fmt.Fprintf(&table, "%-72s the flood: %s\n", "", &flood)
+		if quietTally.counts[served] < 18 {
+			t.Errorf("the quiet client had %d of 20 served beside a flooder rotating tenant names; want at least 18 (90%%)", quietTally.counts[served])
+		}
+	})
 	t.Run("withheld uploads", func(t *testing.T) {
 		row("32 uploads of 16 MiB - 1 from one client, the last byte withheld", withheldUploads(t))
 	})
@@ -304,7 +357,7 @@ func withheldUploads(t *testing.T) *tally {
 	}
 	// Another client (another loopback address) is served while the
 	// uploads are held.
-	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext}}
+	other := fromAddress(net.IPv4(127, 0, 0, 2))
 	var peak int64
 	testwait.Eventually(t, time.Minute, "the uploads to reach the client's share of the body budget", func() (bool, string) {
 		peak = max(peak, p.srv.bodies.held())
@@ -357,4 +410,10 @@ func withheldUploads(t *testing.T) *tally {
 		t.Errorf("heap grew %d MiB, over the Helm chart's 1 GiB limit", grew>>20)
 	}
 	return &tl
+}
+
+// fromAddress is an HTTP client whose connections come from ip (another
+// loopback address is another client to the proxy).
+func fromAddress(ip net.IP) *http.Client {
+	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}}
 }

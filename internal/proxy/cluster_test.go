@@ -51,6 +51,7 @@ func startCluster(t *testing.T, o clusterOpts) *node.Cluster {
 				cfg.TTFTObjective = o.objective
 			}
 			cfg.Profile = "llama3-8b-a100"
+			cfg.TenantHeader = proxy.GatewayTenantHeader // as behind the Inference Gateway
 		}})
 }
 

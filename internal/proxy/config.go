@@ -216,7 +216,7 @@ func DefaultConfig() Config {
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
 		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, BodyBudget: 512 << 20, ClientBodyBudget: 128 << 20, StallTimeout: 30 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
-		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, TenantHeader: DefaultTenantHeader, FairQueuing: true,
+		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, FairQueuing: true,
 		PriorityClassMax: request.Standard.String(), ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
 }
 
@@ -226,10 +226,9 @@ func DefaultConfig() Config {
 // at once (429 + Retry-After) instead of being held to MaxWait.
 const DefaultTTFTObjective = 10 * time.Second
 
-// DefaultTenantHeader names the header requests are grouped into tenants
-// by, the Gateway API Inference Extension's fairness id. Without it a
-// request's tenant is a hash of its API key (Authorization), if any.
-const DefaultTenantHeader = "x-gateway-inference-fairness-id"
+// GatewayTenantHeader is the Gateway API Inference Extension's fairness
+// id: the header to trust (TenantHeader) behind a gateway that sets it.
+const GatewayTenantHeader = "x-gateway-inference-fairness-id"
 
 // Objectives are the balancer's TTFT objectives per class.
 func (c *Config) Objectives() [request.NumClasses]request.SLO {

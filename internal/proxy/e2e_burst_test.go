@@ -108,7 +108,7 @@ func TestOverloadIsRefusedAtOnceWithRetryAfter(t *testing.T) {
 		}
 	}
 	statuses, codes := map[int]int{}, map[string]int{}
-	for _, r := range burstWith(t, us.URL, 12, 30, map[string]string{proxy.DefaultTenantHeader: "team-a"}) {
+	for _, r := range burstWith(t, us.URL, 12, 30, map[string]string{proxy.GatewayTenantHeader: "team-a"}) {
 		statuses[r.status]++
 		if r.status == 429 {
 			var e struct{ Error struct{ Code string } }

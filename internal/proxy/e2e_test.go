@@ -101,7 +101,7 @@ func TestBadInputsGetTheirStatus(t *testing.T) {
 		{"critical in metadata, not allowed either", chat("hi", 2, false, `,"metadata":{"priority":"critical"}`), nil, 400, "invalid_request"},
 		{"unknown priority in metadata", chat("hi", 2, false, `,"metadata":{"priority":"-1000000"}`), nil, 400, "invalid_request"},
 		{"an engine scheduling value outside the operator's range", chat("hi", 2, false, `,"priority":-1000000`), nil, 400, "invalid_request"},
-		{"tenant key over 256 bytes", chat("hi", 2, false, ""), map[string]string{proxy.DefaultTenantHeader: strings.Repeat("t", 257)}, 400, "invalid_request"},
+		{"tenant key over 256 bytes", chat("hi", 2, false, ""), map[string]string{proxy.GatewayTenantHeader: strings.Repeat("t", 257)}, 400, "invalid_request"},
 		{"bad wait flag", chat("hi", 2, false, ""), map[string]string{proxy.WaitHeader: "perhaps"}, 400, "invalid_request"},
 	}
 	for _, tc := range tests {

@@ -61,7 +61,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			return
 		}
 		_ = rc.SetReadDeadline(time.Time{}) // the body is in; the connection may idle again
-		if err := s.applyHeaders(req, r.Header); err != nil {
+		if err := s.applyHeaders(req, r); err != nil {
 			s.reject(w, err, "bad_request")
 			return
 		}
@@ -119,9 +119,12 @@ const (
 )
 
 // applyHeaders merges what the client's headers say into req: residency,
-// priority class, the wait flag, and its tenant (the configured header,
-// else a hash of its API key).
-func (s *Server) applyHeaders(req *request.Request, h http.Header) error {
+// priority class, the wait flag, and its tenant: what the client cannot
+// choose freely by default — a hash of its API key, else of its address —
+// or the configured tenant header, which only an operator who trusts
+// whoever sets it (a gateway in front) configures.
+func (s *Server) applyHeaders(req *request.Request, r *http.Request) error {
+	h := r.Header
 	if err := req.ApplyResidencyHeader(h.Get("X-Data-Residency")); err != nil {
 		return err
 	}
@@ -139,7 +142,10 @@ func (s *Server) applyHeaders(req *request.Request, h http.Header) error {
 	if key := h.Get("Authorization"); key != "" {
 		sum := sha256.Sum256([]byte(key))
 		req.Tenant = "key-" + hex.EncodeToString(sum[:6])
+		return nil
 	}
+	sum := sha256.Sum256([]byte(clientOf(r)))
+	req.Tenant = "addr-" + hex.EncodeToString(sum[:6])
 	return nil
 }
 

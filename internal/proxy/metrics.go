@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"skywalker/internal/balancer"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -71,8 +72,11 @@ type tenantLabels struct {
 func newTenantLabels(max int) *tenantLabels { return &tenantLabels{max: max, known: map[string]bool{}} }
 
 func (t *tenantLabels) label(tenant string) string {
-	if tenant == "" {
+	switch tenant {
+	case "":
 		return "none"
+	case balancer.OverflowTenant:
+		return "other"
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
