@@ -168,7 +168,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		timeout := x.firstByteTimeout(o)
 		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
 		resp, sendErr := x.send(actx, o, body)
-		if sendErr == nil && resp.StatusCode < 500 {
+		if sendErr == nil && acceptable(o, resp) {
 			// Nothing reaches the client before the upstream's first body
 			// byte: until then a failure is retried elsewhere.
 			if sendErr = awaitFirstByte(resp); sendErr == nil && timer.Stop() {
@@ -208,6 +208,19 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		x.s.logEvery("retry\x00"+o.Decision.Region, slog.LevelInfo, "retrying elsewhere", "id", x.req.ID, "attempt", o.Number, "err", sendErr)
 		o, err = next, routeErr
 	}
+}
+
+// acceptable reports whether resp goes on to the client: a replica's answer
+// below 500 (a 4xx is the engine's word on the client's request), a
+// peer's only below 400. A peer's refusal — its model set, its limits, a
+// marker it found late, its overload — is never the client's fault (this
+// proxy has checked the request already), so the forward counts as failed
+// and the request is served here.
+func acceptable(o routed, resp *http.Response) bool {
+	if o.Peer != nil {
+		return resp.StatusCode < 400
+	}
+	return resp.StatusCode < 500
 }
 
 // send makes one attempt at the routed target with body, under ctx.

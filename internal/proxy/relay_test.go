@@ -67,18 +67,26 @@ type staticPeers []region.Peer
 
 func (p staticPeers) Peers() []region.Peer { return p }
 
-// A request forwarded to a peer that answers 503 is routed again and
-// served here as this region's own request: its route reason is the local
-// rule's (not forwarded-in, which the client's header used to say), and
-// it counts in this region's demand (`plan --from` used to miss every
-// failed forward).
+// A request forwarded to a peer that refuses it — overloaded (503, 429),
+// a model it does not serve (404), a marker it found late (403), a limit
+// of its own (400) — is routed again and served here as this region's own
+// request: the client never sees the peer's refusal, its route reason is
+// the local rule's (not forwarded-in, which the client's header used to
+// say), and it counts in this region's demand (`plan --from` used to miss
+// every failed forward).
 func TestAFailedForwardIsServedHereAsALocalRequest(t *testing.T) {
+	for _, status := range []int{503, 429, 404, 403, 400} {
+		t.Run(http.StatusText(status), func(t *testing.T) { forwardRefused(t, status) })
+	}
+}
+
+func forwardRefused(t *testing.T, status int) {
 	local, release := heldBackend(t)
 	var peerHits atomic.Int64
 	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		peerHits.Add(1)
-		http.Error(w, `{"error":{"message":"overloaded"}}`, http.StatusServiceUnavailable)
+		http.Error(w, `{"error":{"message":"refused by the peer"}}`, status)
 	}))
 	t.Cleanup(peer.Close)
 	prof, _ := profile.Lookup("llama3-8b-a100")

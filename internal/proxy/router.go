@@ -78,6 +78,9 @@ type RouterOptions struct {
 	// Observe, if set, sees every attempt the core delivers, once, with
 	// the router's lock held: it must not call back into the router.
 	Observe func(*region.Attempt)
+	// OnDistrust, if set, is told when a peer region becomes distrusted
+	// (region.Config.OnDistrust), with the router's lock held.
+	OnDistrust func(peer, reason string)
 }
 
 // NewRouter returns a router for cfg (validated) with no replicas.
@@ -87,7 +90,9 @@ func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	core, err := region.New(cfg.RegionConfig(), opts.Policy, r.delivered)
+	rc := cfg.RegionConfig()
+	rc.OnDistrust = opts.OnDistrust
+	core, err := region.New(rc, opts.Policy, r.delivered)
 	if err != nil {
 		return nil, err
 	}

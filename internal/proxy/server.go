@@ -98,7 +98,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, bodies: newBodyLedger(cfg.BodyBudget, cfg.ClientBodyBudget), noisy: lograte.New(NoisyLogEvery, time.Now),
 		demand: newDemand(cfg.Region), upstream: transport, started: time.Now()}
-	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers, Observe: s.observe})
+	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers, Observe: s.observe,
+		OnDistrust: func(peer, reason string) {
+			s.log.Warn("peer region distrusted: its forwards fail or it does not deliver what it claims", "peer", peer, "why", reason)
+		}})
 	if err != nil {
 		return nil, err
 	}

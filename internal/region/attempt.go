@@ -107,8 +107,12 @@ func (a *Attempt) FirstToken(now time.Time) {
 		return
 	}
 	a.first = true
-	if a.Replica != nil {
+	a.r.at(now)
+	switch {
+	case a.Replica != nil:
 		a.r.firstToken(now, a.Request)
+	case a.Peer != nil:
+		a.r.told(a.Peer.Region, a.r.peerFirstToken(now, a))
 	}
 }
 
@@ -160,6 +164,7 @@ func (a *Attempt) finish(now time.Time, how Outcome) bool {
 	}
 	a.ended = true
 	r := a.r
+	r.at(now)
 	switch {
 	case a.Replica != nil:
 		var service time.Duration
@@ -169,6 +174,7 @@ func (a *Attempt) finish(now time.Time, how Outcome) bool {
 		r.end(a.Request, how, service)
 	case a.Peer != nil:
 		r.forwardDone(a.Peer.Region)
+		r.told(a.Peer.Region, r.peerEnded(now, a.Peer.Region, how))
 	}
 	r.bal.PumpDepth(now, r, 1)
 	return true

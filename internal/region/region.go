@@ -50,6 +50,10 @@ type Config struct {
 	Retries int
 	// Balancer bounds the hold queue.
 	Balancer balancer.Config
+	// OnDistrust, if set, is told when a peer region becomes distrusted
+	// and why (see PeerProbation), for the driver's log. It is called
+	// synchronously, by whoever holds the region.
+	OnDistrust func(peer, reason string)
 }
 
 func (c Config) withDefaults() Config {
@@ -104,6 +108,8 @@ type Region struct {
 	// dispatched requests: their ratio is HitShare.
 	hitCached, hitPrompt float64
 	tenantBias           map[flow]*ratioEWMA // the same per flow (class, tenant)
+	trust                map[string]*peerTrust
+	now                  time.Time // the latest time a driver gave (peer trust is judged at it)
 }
 
 // New returns a region with no replicas that routes by pol and hands every
@@ -119,7 +125,8 @@ func New(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*Region, error)
 	cfg = cfg.withDefaults()
 	r := &Region{cfg: cfg, bal: balancer.New(pol, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
 		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
-		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]int{}, tenantBias: map[flow]*ratioEWMA{}}
+		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]int{}, tenantBias: map[flow]*ratioEWMA{},
+		trust: map[string]*peerTrust{}}
 	r.digests.region = r
 	return r, nil
 }
@@ -131,16 +138,23 @@ func (r *Region) Config() Config { return r.cfg }
 func (r *Region) Policy() policy.Policy { return r.bal.Policy() }
 
 // Submit routes a new request (see balancer.Balancer.Submit).
-func (r *Region) Submit(now time.Time, req *request.Request) { r.bal.Submit(now, req, r) }
+func (r *Region) Submit(now time.Time, req *request.Request) { r.at(now); r.bal.Submit(now, req, r) }
 
 // Pump re-routes held requests after a state change.
-func (r *Region) Pump(now time.Time) int { return r.bal.Pump(now, r) }
+func (r *Region) Pump(now time.Time) int { r.at(now); return r.bal.Pump(now, r) }
 
 // Expire rejects held requests past their deadline.
-func (r *Region) Expire(now time.Time) int { return r.bal.Expire(now, r) }
+func (r *Region) Expire(now time.Time) int { r.at(now); return r.bal.Expire(now, r) }
 
 // Flush answers every held request with e (see balancer.Balancer.Flush).
-func (r *Region) Flush(now time.Time, e *apierr.Error) int { return r.bal.Flush(now, r, e) }
+func (r *Region) Flush(now time.Time, e *apierr.Error) int { r.at(now); return r.bal.Flush(now, r, e) }
+
+// at moves the region's clock to now (never back).
+func (r *Region) at(now time.Time) {
+	if now.After(r.now) {
+		r.now = now
+	}
+}
 
 // Cancel withdraws a held request whose client left; it reports whether
 // the request was still held (else it was already delivered).
@@ -252,6 +266,9 @@ func (r *Region) View(req *request.Request) *policy.View {
 		pr.Outstanding += pr.InFlightFromUs
 		if p.Digest != nil {
 			pr.MatchPrefix(req, p.Digest)
+		}
+		if why := r.peerGate(p.Region); why != "" {
+			pr.GateOpen, pr.GateReason = false, why
 		}
 		v.Peers = append(v.Peers, pr)
 	}

@@ -294,10 +294,15 @@ type sink struct {
 }
 
 // FirstToken tells the router at once, or after the WAN crossing back for
-// a remote replica.
+// a remote replica; and the ingress that forwarded the request, once the
+// first token has crossed back to it (as the proxy's first byte does).
 func (k sink) FirstToken(s *engine.Sequence, _ time.Time) {
 	sr := s.Data.(*simRequest)
 	sr.firstToken = k.r.w.now
+	if sr.forward != nil {
+		in := k.r.w.routers[sr.ingress]
+		k.r.w.push(event{at: k.r.w.now + k.r.w.oneWay(k.rp.site, in.site), kind: evFirstNotice, router: int32(in.idx), req: sr, payload: sr.forward})
+	}
 	if k.rp.site == k.r.site {
 		sr.attempt.FirstToken(k.r.now())
 		return

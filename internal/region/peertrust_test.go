@@ -1,0 +1,142 @@
+package region
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// trustRegion is a region whose one replica is busy and whose peer
+// eu-west looks idle, so every request is forwarded while the peer's gate
+// is open; what OnDistrust is told is collected.
+func trustRegion(t *testing.T) (*Region, *[]*Attempt, *[]string) {
+	r, got := newTestRegion(t, 1)
+	r.Scraped(r.Replicas()[0], Metrics{Known: true, Waiting: 5, Running: 4})
+	var told []string
+	r.cfg.OnDistrust = func(peer, why string) { told = append(told, peer+": "+why) }
+	r.SetPeers([]Peer{{Region: "eu-west", Jurisdiction: "eu", Healthy: true, GateOpen: true, RTT: 70 * time.Millisecond,
+		Load: Load{Replicas: 64, Slots: 4096}}})
+	return r, got, &told
+}
+
+// offer submits a request at now and returns its attempt if it was
+// forwarded; one kept here is withdrawn, so that it cannot be forwarded
+// later by a pump.
+func offer(t *testing.T, r *Region, got *[]*Attempt, id string, now time.Time) *Attempt {
+	t.Helper()
+	rq := req(id, 1)
+	n := len(*got)
+	r.Submit(now, rq)
+	if len(*got) > n && last(t, got).Request == rq && last(t, got).Forwarded() {
+		return last(t, got)
+	}
+	r.Cancel(rq)
+	return nil
+}
+
+func gateOf(r *Region) (bool, string) {
+	p := r.View(req("probe", 1)).Peers[0]
+	return p.GateOpen, p.GateReason
+}
+
+// TestAPeerIsTrustedByWhatItDelivers: a peer that has delivered nothing
+// yet takes at most EjectAfter forwards at once; when they all fail it is
+// distrusted (and the driver told) for PeerProbation; back on probation it
+// takes one forward at a time, and one more failure distrusts it for twice
+// as long; a served forward restores it.
+func TestAPeerIsTrustedByWhatItDelivers(t *testing.T) {
+	r, got, told := trustRegion(t)
+	var sent []*Attempt
+	for i := range 6 {
+		if a := offer(t, r, got, fmt.Sprint("burst", i), t0); a != nil {
+			sent = append(sent, a)
+		}
+	}
+	if len(sent) != r.cfg.EjectAfter {
+		t.Fatalf("%d forwards at once to a peer that has delivered nothing, want %d", len(sent), r.cfg.EjectAfter)
+	}
+	if open, why := gateOf(r); open || !strings.Contains(why, "unproven") {
+		t.Errorf("with %d forwards awaiting a first token: gate open %v (%q), want closed as unproven", len(sent), open, why)
+	}
+	failAt := t0.Add(5 * time.Second) // each timed out
+	for _, a := range sent {
+		a.End(failAt, ReplicaFailed)
+	}
+	if len(*told) != 1 || !strings.Contains((*told)[0], "3 forwards in a row failed") {
+		t.Fatalf("told %q, want eu-west distrusted once, for its failed forwards", *told)
+	}
+	r.Pump(failAt.Add(PeerProbation - time.Millisecond))
+	if open, why := gateOf(r); open || !strings.Contains(why, "distrusted") {
+		t.Errorf("within its probation: gate open %v (%q), want closed as distrusted", open, why)
+	}
+
+	back := failAt.Add(PeerProbation + time.Millisecond)
+	first := offer(t, r, got, "probation-1", back)
+	if first == nil || offer(t, r, got, "probation-2", back) != nil {
+		t.Fatalf("back from probation: want exactly one forward in flight")
+	}
+	first.End(back.Add(time.Second), ReplicaFailed)
+	if len(*told) != 2 {
+		t.Fatalf("told %q: a failure on probation must distrust it again", *told)
+	}
+	r.Pump(back.Add(time.Second + PeerProbation + time.Millisecond))
+	if open, _ := gateOf(r); open {
+		t.Error("the second distrust lasts twice as long; the gate reopened after one probation")
+	}
+	again := back.Add(time.Second + 2*PeerProbation + time.Millisecond)
+	a := offer(t, r, got, "proof", again)
+	if a == nil {
+		t.Fatal("after the doubled probation: no forward")
+	}
+	a.FirstToken(again.Add(100 * time.Millisecond))
+	a.End(again.Add(time.Second), Served)
+	n := 0
+	for i := range 6 {
+		if offer(t, r, got, fmt.Sprint("trusted", i), again.Add(2*time.Second)) != nil {
+			n++
+		}
+	}
+	if n != 6 {
+		t.Errorf("a peer that delivered took %d of 6 forwards at once, want all", n)
+	}
+}
+
+// TestAPeerThatDoesNotDeliverItsClaimsIsDistrusted: first tokens that
+// come far later than the estimate the forwards were chosen on, EjectAfter
+// times in a row, distrust the peer; one on time resets the count.
+func TestAPeerThatDoesNotDeliverItsClaimsIsDistrusted(t *testing.T) {
+	r, got, told := trustRegion(t)
+	now := t0
+	firstToken := func(late bool) {
+		a := offer(t, r, got, fmt.Sprint("claim", now.UnixNano()), now)
+		if a == nil {
+			t.Fatal("not forwarded")
+		}
+		if a.Decision.Estimate <= 0 {
+			t.Fatalf("the forward carries no estimate: %+v", a.Decision)
+		}
+		ttft := a.Decision.Estimate
+		if late {
+			ttft = ClaimFactor*a.Decision.Estimate + a.Peer.RTT + 2*time.Second
+		}
+		a.FirstToken(now.Add(ttft))
+		a.End(now.Add(ttft+time.Second), Served)
+		now = now.Add(ttft + 2*time.Second)
+	}
+	firstToken(true)
+	firstToken(true)
+	firstToken(false) // on time: the run of misses ends
+	firstToken(true)
+	firstToken(true)
+	if len(*told) != 0 {
+		t.Fatalf("told %q after misses broken by one on time, want nothing yet", *told)
+	}
+	firstToken(true)
+	if len(*told) != 1 || !strings.Contains((*told)[0], "over 4× its estimate") {
+		t.Errorf("told %q, want eu-west distrusted for first tokens far over its estimate", *told)
+	}
+	if open, _ := gateOf(r); open {
+		t.Error("a distrusted peer's gate is open")
+	}
+}
