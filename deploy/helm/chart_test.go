@@ -201,6 +201,15 @@ func TestEveryExampleRendersToValidObjectsTheBinaryAccepts(t *testing.T) {
 					time.Duration(ctr.Lifecycle.PreStop.Sleep.Seconds)*time.Second+cfg.DrainTimeout; grace <= need {
 					t.Errorf("%s: terminationGracePeriodSeconds %v, but preStop + drain take %v: the kubelet would kill the drain", d.Name, grace, need)
 				}
+				if granted, _ := values["peerJurisdictions"].(map[string]any); len(granted) != len(cfg.PeerJurisdictions) {
+					t.Errorf("%s: values grant %v, the proxy reads %v", d.Name, granted, cfg.PeerJurisdictions)
+				} else {
+					for r, j := range granted {
+						if cfg.PeerJurisdictions[r] != fmt.Sprint(j) {
+							t.Errorf("%s: %s granted %v, the proxy reads %q", d.Name, r, j, cfg.PeerJurisdictions[r])
+						}
+					}
+				}
 				if !hasMemoryLimitEnv(ctr) {
 					t.Errorf("%s: GOMEMLIMIT is not the container's memory limit (%v): the heap could grow past it", d.Name, ctr.Resources.Limits.Memory())
 				}

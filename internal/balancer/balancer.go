@@ -309,6 +309,10 @@ func (b *Balancer) admit(req *request.Request, v *policy.View, d *policy.Decisio
 	if req.Wait {
 		return nil
 	}
+	if waits && d.Reason == policy.ReasonNoReplica && !anyoneCanServe(v) {
+		return &apierr.Error{Code: apierr.Unavailable, RetryAfter: b.cfg.RetryAfter,
+			Message: "no healthy replica in this region and no peer region to take the request; retry later"}
+	}
 	if waits && req.Class == request.Sheddable {
 		return &apierr.Error{Code: apierr.Overloaded, RetryAfter: b.drain(v),
 			Message: "every replica is busy and sheddable requests are not queued; retry later"}
@@ -554,6 +558,23 @@ func (b *Balancer) remove(i int, served bool) {
 		delete(b.flows, f.key) // idle and caught up: forget it
 		b.classFlows[c]--
 	}
+}
+
+// anyoneCanServe reports whether a local replica is healthy (busy or not)
+// or a peer region is healthy with its gate open: whether holding a
+// request can end in its being served soon.
+func anyoneCanServe(v *policy.View) bool {
+	for _, r := range v.Local.Replicas {
+		if r.Healthy {
+			return true
+		}
+	}
+	for _, p := range v.Peers {
+		if p.Healthy && p.GateOpen {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *Balancer) noRegion(req *request.Request) *apierr.Error {

@@ -164,6 +164,12 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		}
 		cfg := proxy.DefaultConfig()
 		cfg.Region, cfg.Jurisdiction, cfg.WorkerPool, cfg.NodeID = spec.Name, spec.Jurisdiction, pool, spec.Name+"-proxy"
+		cfg.PeerJurisdictions = map[string]string{} // granted by the operator (here: the topology), not taken from gossip
+		for _, other := range o.Topology.Regions {
+			if other.Name != spec.Name && other.Jurisdiction != "" {
+				cfg.PeerJurisdictions[other.Name] = other.Jurisdiction
+			}
+		}
 		cfg.AdminListen = "127.0.0.1:0"    // many proxies on one host
 		cfg.DrainTimeout = 5 * time.Second // a half-second lame duck: clusters on one host stop quickly
 		cfg.GossipKeys, cfg.MeshPreset, cfg.GossipBind = []string{DevKey}, "local", "127.0.0.1:0"

@@ -23,7 +23,13 @@ import (
 type Config struct {
 	Region       string `yaml:"region"`       // REGION_ID
 	Jurisdiction string `yaml:"jurisdiction"` // SKYWALKER_JURISDICTION, e.g. "eu"
-	NodeID       string `yaml:"node_id"`      // SKYWALKER_NODE_ID; default region + listen address
+	// PeerJurisdictions grants peer regions their jurisdictions
+	// (SKYWALKER_PEER_JURISDICTIONS "eu-west=eu,eu-central=eu"): a request
+	// with data residency is forwarded only to a region listed here with
+	// its jurisdiction. What a peer claims in gossip is not trusted: any
+	// member with the gossip key could claim any jurisdiction.
+	PeerJurisdictions map[string]string `yaml:"peer_jurisdictions"`
+	NodeID            string            `yaml:"node_id"` // SKYWALKER_NODE_ID; default region + listen address
 
 	Listen string `yaml:"listen"` // HTTP, default :9000
 	// AdminListen serves /metrics, /debug/skywalker and /debug/pprof
@@ -345,14 +351,15 @@ func ParseEmulateWAN(s string) (map[string]time.Duration, error) {
 	return out, nil
 }
 
-// ParseAliases reads "alias=model,alias=model".
+// ParseAliases reads "name=value,name=value" (model aliases, peer
+// jurisdictions).
 func ParseAliases(s string) (map[string]string, error) {
 	out := map[string]string{}
 	for _, entry := range splitList(s) {
 		alias, model, ok := strings.Cut(entry, "=")
 		alias, model = strings.TrimSpace(alias), strings.TrimSpace(model)
 		if !ok || alias == "" || model == "" {
-			return nil, fmt.Errorf("entry %q: want ALIAS=MODEL", entry)
+			return nil, fmt.Errorf("entry %q: want NAME=VALUE", entry)
 		}
 		out[alias] = model
 	}

@@ -210,6 +210,12 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 	}
 }
 
+// CredentialHeaders are stripped from a request forwarded to a peer
+// region unless ForwardAuthorization: every header an OpenAI-compatible
+// client or gateway carries a credential in.
+var CredentialHeaders = []string{"Authorization", "Proxy-Authorization", "Api-Key", "X-Api-Key", "Cookie",
+	"OpenAI-Organization", "OpenAI-Project"}
+
 // acceptable reports whether resp goes on to the client: a replica's answer
 // below 500 (a 4xx is the engine's word on the client's request), a
 // peer's only below 400. A peer's refusal — its model set, its limits, a
@@ -242,7 +248,9 @@ func (x *exchange) send(ctx context.Context, o routed, body []byte) (*http.Respo
 		up.URL.Scheme, up.URL.Host = base.Scheme, base.Host
 		up.Header.Set(ForwardHeader, x.s.markers.sign(forward{Origin: x.s.cfg.Region, Dest: p.Region, ID: x.req.ID, Tenant: x.req.Tenant}, body, time.Now()))
 		if !x.s.cfg.ForwardAuthorization {
-			up.Header.Del("Authorization") // the client's key stays in its region
+			for _, h := range CredentialHeaders { // the client's credentials stay in its region
+				up.Header.Del(h)
+			}
 		}
 		if x.req.Residency != "" {
 			up.Header.Set("X-Data-Residency", x.req.Residency)

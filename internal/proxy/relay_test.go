@@ -14,6 +14,7 @@ import (
 	"skywalker/internal/policy"
 	"skywalker/internal/profile"
 	"skywalker/internal/region"
+	"skywalker/internal/testwait"
 )
 
 // TestTheReplicaIsFreeOnceTheClientHasItsAnswer: the replica's slot frees
@@ -143,5 +144,73 @@ func forwardRefused(t *testing.T, status int) {
 	}
 	if n != 2 {
 		t.Errorf("demand counts %d requests, want both (the failed forward's too)", n)
+	}
+}
+
+// With no healthy replica and no peer, a request is answered 503 with a
+// Retry-After at once, as the README says — not held until it is shed.
+func TestNoHealthyReplicaIsA503AtOnce(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	url := dead.URL
+	dead.Close() // nothing listens: health checks and requests fail
+	p := startSolo(t, []string{url}, nil)
+	testwait.Eventually(t, 30*time.Second, "the dead replica to be ejected", func() (bool, string) {
+		n := p.srv.HealthyReplicas()
+		return n == 0, fmt.Sprintf("%d healthy", n)
+	})
+	resp, err := http.Post("http://"+p.addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "no healthy replica") {
+		t.Errorf("no healthy replica: %d (Retry-After %q) %s; want 503 naming it, with a Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+}
+
+// A peer's jurisdiction is what the operator granted it, not what it
+// claims: a member that claims "eu" gets no EU-resident request unless
+// peer_jurisdictions grants it eu.
+func TestAClaimedJurisdictionIsNotTrusted(t *testing.T) {
+	for _, granted := range []bool{false, true} {
+		var peerHits atomic.Int64
+		peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			peerHits.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = io.WriteString(w, `{"choices":[{"message":{"role":"assistant","content":"ok"}}]}`)
+		}))
+		backend, _ := countingBackend(t)
+		peers := staticPeers{{Region: "eu-west", Jurisdiction: "eu", Healthy: true, Nodes: 1, APIAddrs: []string{peer.URL}, RTT: 20 * time.Millisecond,
+			GateOpen: true, Load: region.Load{Replicas: 4, Slots: 32}}}
+		p := startSoloWith(t, []string{backend.URL}, func(c *Config) {
+			c.Jurisdiction = "us"
+			if granted {
+				c.PeerJurisdictions = map[string]string{"eu-west": "eu"}
+			}
+		}, Options{Peers: peers})
+		req, _ := http.NewRequest("POST", "http://"+p.addr+"/v1/chat/completions", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("X-Data-Residency", "eu")
+		var resp *http.Response
+		testwait.Eventually(t, 30*time.Second, "the router to see the peer", func() (bool, string) {
+			if len(p.srv.router.snapshot().peers) == 1 {
+				return true, ""
+			}
+			p.srv.router.Pump()
+			return false, "no peer in the router's view"
+		})
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		peer.Close()
+		switch {
+		case !granted && (peerHits.Load() != 0 || resp.StatusCode != 503):
+			t.Errorf("not granted: the claiming peer got %d EU-resident requests, the client %d; want none, and 503", peerHits.Load(), resp.StatusCode)
+		case granted && (peerHits.Load() != 1 || resp.StatusCode != 200):
+			t.Errorf("granted eu: the peer got %d, the client %d; want it forwarded and served", peerHits.Load(), resp.StatusCode)
+		}
 	}
 }

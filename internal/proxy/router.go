@@ -280,12 +280,24 @@ func (r *Router) Pump() {
 	src := r.mesh
 	r.mu.Unlock()
 	if src != nil {
-		peers = src.Peers()
+		peers = grantJurisdictions(src.Peers(), r.cfg.PeerJurisdictions)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.core.SetPeers(peers)
 	r.core.Pump(r.now())
+}
+
+// grantJurisdictions is peers (a snapshot it does not modify) with each
+// region's jurisdiction as the operator granted it, whatever it claimed:
+// none for a region not granted one.
+func grantJurisdictions(peers []region.Peer, granted map[string]string) []region.Peer {
+	out := make([]region.Peer, len(peers))
+	for i, p := range peers {
+		p.Jurisdiction = granted[p.Region]
+		out[i] = p
+	}
+	return out
 }
 
 // setPeerSource attaches the mesh once it exists (it needs the router).

@@ -74,6 +74,8 @@ func Settings() []Setting { return slices.Clone(settings) }
 var settings = describe([]Setting{
 	{Field: "Region", Env: "REGION_ID", Help: "this region's id", Derived: "required", check: is(required[string])},
 	{Field: "Jurisdiction", Env: "SKYWALKER_JURISDICTION", Help: "this region's jurisdiction, for data residency (e.g. eu)"},
+	{Field: "PeerJurisdictions", Env: "SKYWALKER_PEER_JURISDICTIONS", Help: "the jurisdictions the operator grants peer regions, region=jurisdiction,... (e.g. eu-west=eu): a request with data residency goes only to a region granted its jurisdiction here; what peers claim in gossip is not trusted",
+		Derived: "none: resident requests stay in their own jurisdiction's region", check: peerJurisdictions},
 	{Field: "NodeID", Env: "SKYWALKER_NODE_ID", Help: "this proxy's id in the mesh, one per proxy", Derived: "region@advertise URL"},
 	{Field: "WorkerPool", Env: "LOCAL_WORKER_POOL", Flag: "workers", Help: "the region's replicas: base URLs, comma-separated, or one DNS name (optionally :port) whose A records are the replicas, re-resolved",
 		Derived: "required", check: workerPool},
@@ -94,7 +96,7 @@ var settings = describe([]Setting{
 	{Field: "TLSCA", Env: "SKYWALKER_TLS_CA", Help: "the CA (PEM file) peers' certificates are verified against", Derived: "the system's roots"},
 	{Field: "PeerListen", Env: "SKYWALKER_PEER_LISTEN", Help: "the TLS listener for peers (with a certificate)", Derived: "the client port + 443 (:9443)", check: is(optionalHostPort)},
 	{Field: "InsecureForwarding", Env: "SKYWALKER_INSECURE_FORWARDING", Help: "forward to peers over plain HTTP, without TLS (development only; implied by the insecure mesh)"},
-	{Field: "ForwardAuthorization", Env: "SKYWALKER_FORWARD_AUTHORIZATION", Help: "pass the client's Authorization header on to the peer region a request is forwarded to (else stripped)"},
+	{Field: "ForwardAuthorization", Env: "SKYWALKER_FORWARD_AUTHORIZATION", Help: "pass the client's credentials on to the peer region a request is forwarded to; else Authorization, Proxy-Authorization, Api-Key, X-Api-Key, Cookie, OpenAI-Organization and OpenAI-Project are stripped"},
 	{Field: "ClusterLabel", Env: "SKYWALKER_CLUSTER_LABEL", Help: "the mesh's label: proxies with another label do not join", check: is(required[string])},
 	{Field: "MeshPreset", Env: "SKYWALKER_MESH_PRESET", Help: "memberlist timing: wan, lan or local", check: is(oneOf("wan", "lan", "local"))},
 	{Field: "GossipBudget", Env: "SKYWALKER_GOSSIP_BUDGET", Help: "bytes per second of load summaries and digest changes this proxy gossips; negative: unlimited"},
@@ -173,7 +175,7 @@ func (s Setting) Type() string {
 	if s.Millis {
 		return "ms"
 	}
-	return [...]string{"string", "int", "bool", "duration", "list", "peers", "region=rtt", "alias=model"}[s.kind]
+	return [...]string{"string", "int", "bool", "duration", "list", "peers", "region=rtt", "name=value"}[s.kind]
 }
 
 // IsBool reports whether the setting is true or false (a flag without a
@@ -499,6 +501,15 @@ func emulateWAN(v any, c *Config) string {
 		d := rtts[region]
 		if region == c.Region || region == "" || d < 0 || d > 10*time.Second {
 			return fmt.Sprintf("%s=%v: a peer region and an RTT in [0, 10s]", region, d)
+		}
+	}
+	return ""
+}
+
+func peerJurisdictions(v any, c *Config) string {
+	for region, j := range v.(map[string]string) {
+		if region == c.Region {
+			return fmt.Sprintf("%s=%s: this proxy's own jurisdiction is jurisdiction (SKYWALKER_JURISDICTION)", region, j)
 		}
 	}
 	return ""

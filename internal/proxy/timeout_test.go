@@ -169,8 +169,9 @@ func TestAStalledStreamEndsWithAnErrorEvent(t *testing.T) {
 	}
 }
 
-// The client's Authorization stays in its region unless the operator
-// passes it on; the marker names the peer it was sent to.
+// The client's credentials (Authorization, API-key headers, cookies,
+// OpenAI organization and project) stay in its region unless the operator
+// passes them on; the marker names the peer it was sent to.
 func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 	for _, pass := range []bool{false, true} {
 		var got http.Header
@@ -186,7 +187,9 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 		}
 		body := []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
 		out := httptest.NewRequest("POST", "/v1/chat/completions", nil)
-		out.Header.Set("Authorization", "Bearer sk-secret")
+		for _, h := range CredentialHeaders {
+			out.Header.Set(h, "secret-"+h)
+		}
 		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "key-0a1b2c"}, body: body, out: out}
 		o := routed{Attempt: &region.Attempt{}}
 		o.Peer = &region.Peer{Region: "eu-west", APIAddrs: []string{peer.URL}}
@@ -196,8 +199,10 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 		}
 		resp.Body.Close()
 		peer.Close()
-		if has := got.Get("Authorization") != ""; has != pass {
-			t.Errorf("forward_authorization=%v: the peer saw Authorization %q", pass, got.Get("Authorization"))
+		for _, h := range []string{"Authorization", "Api-Key", "X-Api-Key", "Cookie", "OpenAI-Organization"} { // the probe's list
+			if has := got.Get(h) != ""; has != pass {
+				t.Errorf("forward_authorization=%v: the peer saw %s %q", pass, h, got.Get(h))
+			}
 		}
 		m := got.Get(ForwardHeader)
 		if f, err := srv.markers.verify(m, "eu-west", body, time.Now()); err != nil || f != (forward{"us-east", "eu-west", "us-east-1", "key-0a1b2c"}) {

@@ -127,6 +127,9 @@ func TestEndPumpsAndMidStreamBreaks(t *testing.T) {
 		t.Fatalf("after Continue: %+v, want b's second attempt", c)
 	}
 	// b's second attempt holds the slot; fail it and withdraw its retry.
+	// (b asked to wait: with its only replica ejected and no peer, it
+	// would otherwise be answered 503 at once.)
+	b.Request.Wait = true
 	r.Submit(t0.Add(3*time.Second), req("c", 3))
 	if next := last(t, got).End(t0.Add(4*time.Second), ReplicaFailed); !next.Retry {
 		t.Fatalf("b's second attempt failing: %+v, want a retry", next)

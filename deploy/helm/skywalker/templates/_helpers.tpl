@@ -39,6 +39,14 @@ skywalker.io/region: {{ .Values.region }}
 {{- join "," $peers -}}
 {{- end -}}
 
+{{- define "skywalker.peerJurisdictions" -}}
+{{- $pairs := list -}}
+{{- range $region, $j := .Values.peerJurisdictions -}}
+{{- $pairs = append $pairs (printf "%s=%s" $region $j) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
 {{/* The pod template; dict with root, name, and advertise (an address, or "" for the pod IP). */}}
 {{- define "skywalker.pod" -}}
 {{- $root := .root -}}
@@ -80,6 +88,9 @@ spec:
         {{- end }}
         {{- with include "skywalker.peers" $root }}
         - {name: PEER_REGIONS, value: {{ . | quote }}}
+        {{- end }}
+        {{- with include "skywalker.peerJurisdictions" $root }}
+        - {name: SKYWALKER_PEER_JURISDICTIONS, value: {{ . | quote }}}
         {{- end }}
         - {name: LOCAL_WORKER_POOL, value: {{ $root.Values.pool | quote }}}
         - {name: MAX_WAN_RTT_THRESHOLD_MS, value: {{ $root.Values.mesh.maxWanRttMs | quote }}}
