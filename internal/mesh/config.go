@@ -202,8 +202,12 @@ func (w *memberlistLog) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	kind := text
-	if i := strings.IndexAny(kind, ":(["); i > 0 {
-		kind = kind[:i] // "Refuting a suspect message (from: x)" → its kind
+	// The kind is the text before its first detail, so that no string a
+	// sender chooses (a label, a node name, an address) makes a new kind:
+	// "Refuting a suspect message (from: x)", "discarding packet with
+	// unacceptable label "x": from=…" → their kinds.
+	if i := strings.IndexAny(kind, ":([\"'="); i > 0 {
+		kind = kind[:i]
 	}
 	ok, suppressed := w.limit.Allow(kind)
 	if !ok {

@@ -23,6 +23,9 @@ func TestMemberlistLinesBecomeRateLimitedRecords(t *testing.T) {
 		"2026/12/02 00:11:34 [WARN] memberlist: Refuting a suspect message (from: eu-west-0)",
 		"2026/12/02 00:11:34 [WARN] memberlist: Refuting a suspect message (from: ap-east-0)",
 		"2026/12/02 00:11:34 [ERR] memberlist: Failed fallback TCP ping: io: read/write on closed pipe",
+		`2026/12/02 00:11:34 [ERR] memberlist: discarding packet with unacceptable label "a1": from=10.0.0.9:7946`,
+		`2026/12/02 00:11:34 [ERR] memberlist: discarding packet with unacceptable label "a2": from=10.0.0.9:7946`,
+		`2026/12/02 00:11:34 [ERR] memberlist: discarding packet with unacceptable label "a3": from=10.0.0.9:7946`,
 	}
 	for _, l := range lines {
 		if _, err := w.Write([]byte(l + "\n")); err != nil {
@@ -50,6 +53,7 @@ func TestMemberlistLinesBecomeRateLimitedRecords(t *testing.T) {
 		{"DEBUG", "Stream connection from=127.0.0.1:5000", 0},
 		{"WARN", "Refuting a suspect message (from: us-east-0)", 0},
 		{"ERROR", "Failed fallback TCP ping: io: read/write on closed pipe", 0},
+		{"ERROR", `discarding packet with unacceptable label "a1": from=10.0.0.9:7946`, 0}, // the sender's labels make no new kinds
 		{"WARN", "Refuting a suspect message (from: us-east-0)", 2},
 	}
 	if len(records) != len(want) {

@@ -6,15 +6,19 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/policy"
 	"skywalker/internal/profile"
+	"skywalker/internal/region"
 	"skywalker/internal/testwait"
 )
 
@@ -305,6 +309,27 @@ func TestChaos(t *testing.T) {
 			t.Errorf("the quiet client had %d of 20 served beside a flooder rotating tenant names; want at least 18 (90%%)", quietTally.counts[served])
 		}
 	})
+	t.Run("a lying peer", func(t *testing.T) {
+		hits := lyingPeer(t)
+		url, _ := simEngine(t, server.Faults{})
+		prof, _ := profile.Lookup("llama3-8b-a100")
+		peers := staticPeers{{Region: "eu-liar", Jurisdiction: "eu", Healthy: true, Nodes: 1, APIAddrs: []string{hits.url}, RTT: 20 * time.Millisecond,
+			GateOpen: true, Load: region.Load{Replicas: 64, Slots: 4096, Prefill: policy.PrefillOf(prof)}}}
+		p := startSoloWith(t, []string{url}, func(c *Config) { c.MaxInFlight, c.Profile = 1, prof.Name }, Options{Peers: peers})
+		testwait.Eventually(t, 30*time.Second, "the router to see the lying peer", func() (bool, string) {
+			p.srv.router.Pump()
+			return len(p.srv.router.snapshot().peers) == 1, "no peer in the router's view"
+		})
+		tl := burst(p.addr, 30, 20)
+		row("a peer that advertises idle capacity and swallows every forward (30 at once)", tl)
+		fmt.Fprintf(&table, "%-72s forwards the liar swallowed: %d\n", "", hits.n.Load())
+		if n := hits.n.Load(); n > 4 {
+			t.Errorf("the lying peer swallowed %d forwards; want at most a handful (3 before it is distrusted, 1 on probation)", n)
+		}
+		if tl.counts[served] != 30 {
+			t.Errorf("%s: want all 30 served here once the forwards failed", tl)
+		}
+	})
 	t.Run("withheld uploads", func(t *testing.T) {
 		row("32 uploads of 16 MiB - 1 from one client, the last byte withheld", withheldUploads(t))
 	})
@@ -416,4 +441,26 @@ func withheldUploads(t *testing.T) *tally {
 // loopback address is another client to the proxy).
 func fromAddress(ip net.IP) *http.Client {
 	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}}
+}
+
+// swallower is a peer proxy that takes every forwarded request and never
+// answers (until the test ends).
+type swallower struct {
+	url string
+	n   atomic.Int64
+}
+
+func lyingPeer(t *testing.T) *swallower {
+	sw := &swallower{}
+	done := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw.n.Add(1)
+		select {
+		case <-r.Context().Done():
+		case <-done:
+		}
+	}))
+	t.Cleanup(func() { close(done); srv.Close() })
+	sw.url = srv.URL
+	return sw
 }

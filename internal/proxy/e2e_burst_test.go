@@ -59,9 +59,7 @@ func TestABurstIsSharedWithPeers(t *testing.T) {
 
 func TestAClosedGateKeepsTrafficLocal(t *testing.T) {
 	c := startCluster(t, clusterOpts{maxInFlight: 3, timeScale: 1})
-	c.Links.SetRTT("us-east", "eu-west", 400*time.Millisecond)
-	c.Links.SetRTT("us-east", "ap-east", 400*time.Millisecond)
-	gatesClosed(t, c, "us-east")
+	keepLocal(t, c, "us-east")
 	for _, r := range burst(t, c.Region("us-east").URL, 24, 30) {
 		if r.status != 200 || r.region != "us-east" {
 			t.Fatalf("served in %q (status %d) with every gate closed", r.region, r.status)
@@ -71,9 +69,7 @@ func TestAClosedGateKeepsTrafficLocal(t *testing.T) {
 
 func TestQueueLimitsAnswer429And503WithRetryAfter(t *testing.T) {
 	c := startCluster(t, clusterOpts{maxInFlight: 1, maxQueue: 2, maxWait: 400 * time.Millisecond, timeScale: 1, engines: 1})
-	c.Links.SetRTT("us-east", "eu-west", 400*time.Millisecond) // keep it local
-	c.Links.SetRTT("us-east", "ap-east", 400*time.Millisecond)
-	gatesClosed(t, c, "us-east")
+	keepLocal(t, c, "us-east")
 	statuses := map[int]int{}
 	for _, r := range burst(t, c.Region("us-east").URL, 12, 60) {
 		statuses[r.status]++
@@ -95,9 +91,7 @@ func TestQueueLimitsAnswer429And503WithRetryAfter(t *testing.T) {
 // tenant.
 func TestOverloadIsRefusedAtOnceWithRetryAfter(t *testing.T) {
 	c := startCluster(t, clusterOpts{maxInFlight: 1, engines: 1, timeScale: 1, objective: 1500 * time.Millisecond})
-	c.Links.SetRTT("us-east", "eu-west", 400*time.Millisecond) // keep it local
-	c.Links.SetRTT("us-east", "ap-east", 400*time.Millisecond)
-	gatesClosed(t, c, "us-east")
+	keepLocal(t, c, "us-east")
 	us := c.Region("us-east")
 	// Prime the queue-wait estimate with completions shaped like the
 	// burst's (a shorter warm-up teaches a per-request wait below what the
@@ -186,16 +180,29 @@ func TestADeadPeerIsNoLongerForwardedTo(t *testing.T) {
 	}
 }
 
-// gatesClosed waits until the region's router sees every gate closed.
-func gatesClosed(t *testing.T, c *node.Cluster, region string) {
+// keepLocal makes every WAN link of region too slow to forward over
+// (400 ms, twice the test cluster's 200 ms gate threshold) and waits until
+// its router has seen it: every gate closed with a smoothed RTT over the
+// threshold. A gate that is merely not open yet (no samples, or reopening
+// on samples taken before the change) could still open on a probe that
+// was in flight when the RTT changed.
+func keepLocal(t *testing.T, c *node.Cluster, region string) {
 	t.Helper()
-	nodetest.Eventually(t, 30*time.Second, region+"'s gates close", func() (bool, string) {
+	const slow, threshold = 400 * time.Millisecond, 200 * time.Millisecond
+	others := 0
+	for _, other := range c.Topology.Regions {
+		if other.Name != region {
+			c.Links.SetRTT(region, other.Name, slow)
+			others++
+		}
+	}
+	nodetest.Eventually(t, 30*time.Second, region+"'s gates close on the slow links", func() (bool, string) {
 		peers := c.Region(region).Proxy.Peers()
 		for _, p := range peers {
-			if p.GateOpen {
-				return false, fmt.Sprintf("gate to %s open (rtt %v)", p.Region, p.RTT)
+			if p.GateOpen || p.RTT <= threshold {
+				return false, fmt.Sprintf("gate to %s: open %v, smoothed rtt %v (%s)", p.Region, p.GateOpen, p.RTT, p.Gate)
 			}
 		}
-		return len(peers) > 0, "no peers in the router's snapshot"
+		return len(peers) == others, fmt.Sprintf("%d of %d peers in the router's snapshot", len(peers), others)
 	})
 }

@@ -253,7 +253,9 @@ func (s *Server) observe(d *region.Attempt) {
 	req := d.Request
 	s.metrics.admission.WithLabelValues(req.Class.String(), s.metrics.tenants.label(req.Tenant), decision).Inc()
 	if decision == "refused" || decision == "shed" {
-		s.logEvery(decision+"\x00"+req.Class.String()+"\x00"+req.Tenant, slog.LevelInfo, "request "+decision, "id", req.ID, "priority", req.Class.String(), "tenant", req.Tenant,
+		// Limited per decision and class, not per tenant: a client may
+		// invent tenants (the line still names the tenant).
+		s.logEvery(decision+"\x00"+req.Class.String(), slog.LevelInfo, "request "+decision, "id", req.ID, "priority", req.Class.String(), "tenant", req.Tenant,
 			"waited", d.Waited.String(), "retry_after_s", d.Err.RetryAfterSeconds(), "reason", d.Err.Message)
 	}
 }

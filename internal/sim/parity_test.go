@@ -104,6 +104,7 @@ func newParity(t *testing.T) *parity {
 	// The simulator's driver: region us-east of a three-region world.
 	pcfg := proxy.DefaultConfig()
 	pcfg.Region, pcfg.Jurisdiction, pcfg.NodeID, pcfg.Profile, pcfg.MaxWANRTT = "us-east", "us", "us-east", prof.Name, 200*time.Millisecond
+	pcfg.PeerJurisdictions = map[string]string{"eu-west": "eu", "ap-east": "ap"} // the operator's grant, as the simulator's topology has it
 	scfg := Config{Regions: []RegionSpec{{Name: "us-east", Replicas: replicas, Profile: prof, Jurisdiction: "us"},
 		{Name: "eu-west", Replicas: 4, Profile: prof, Jurisdiction: "eu"}, {Name: "ap-east", Replicas: 4, Profile: prof, Jurisdiction: "ap"}},
 		RTT:    [][]time.Duration{{0, 72 * time.Millisecond, 160 * time.Millisecond}, {72 * time.Millisecond, 0, 180 * time.Millisecond}, {160 * time.Millisecond, 180 * time.Millisecond, 0}},
