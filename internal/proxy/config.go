@@ -129,6 +129,16 @@ type Config struct {
 	// (SKYWALKER_MIDSTREAM_FAILOVER; default false).
 	MidStreamFailover bool          `yaml:"midstream_failover"`
 	StallTimeout      time.Duration `yaml:"stall_timeout"`
+	// A response is read from the upstream ahead of a slow client, up to
+	// ResponseBuffer bytes (all responses together up to
+	// ResponseBufferBudget), so the engine's slot frees when the engine is
+	// done, not when the client has read; a client that takes no byte
+	// for WriteTimeout is cut (SKYWALKER_RESPONSE_BUFFER, default 4 MiB;
+	// SKYWALKER_RESPONSE_BUFFER_BUDGET, default 128 MiB;
+	// SKYWALKER_WRITE_TIMEOUT, default 60 s).
+	ResponseBuffer       int           `yaml:"response_buffer"`
+	ResponseBufferBudget int           `yaml:"response_buffer_budget"`
+	WriteTimeout         time.Duration `yaml:"write_timeout"`
 
 	// Admission and fairness (see balancer.Config).
 	TTFTObjective          time.Duration `yaml:"ttft_objective"`           // SKYWALKER_TTFT_SLO: standard requests; default 10 s; 0 turns admission off
@@ -221,6 +231,7 @@ func DefaultConfig() Config {
 		MeshPreset: "wan", GossipBudget: mesh.DefaultGossipBudget, Policy: "skywalker", Profile: profile.Default, MaxInFlight: region.DefaultMaxInFlight,
 		MaxQueue: bal.MaxQueue, MaxWait: bal.MaxWait, MaxBodyBytes: request.DefaultMaxBodyBytes, Retries: region.DefaultRetries,
 		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, BodyBudget: 512 << 20, ClientBodyBudget: 128 << 20, StallTimeout: 30 * time.Second,
+		ResponseBuffer: 4 << 20, ResponseBufferBudget: 128 << 20, WriteTimeout: 60 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
 		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, FairQueuing: true,
 		PriorityClassMax: request.Standard.String(), ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}

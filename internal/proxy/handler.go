@@ -34,17 +34,21 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		arrival := time.Now()
 		rc := http.NewResponseController(w)
 		client := clientOf(r)
+		paced := pacedBody{body: r.Body, rc: rc, start: arrival, grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate),
+			ledger: s.bodies, client: client}
 		if declared := r.ContentLength; declared > 0 {
-			if refusal := s.bodies.fits(client, BodyMemoryFactor*declared); refusal != nil {
+			// A declared length is reserved before a byte of it is read:
+			// uploads that arrive at once cannot all pass the check and
+			// then overrun the budget together.
+			if refusal := s.bodies.reserve(client, BodyMemoryFactor*declared); refusal != nil {
 				abandonBody(rc, r)
 				s.reject(w, refusal, "overloaded")
 				return
 			}
+			paced.charged = BodyMemoryFactor * declared
 		}
-		bufp := bodyBuffers.get(r.ContentLength)
-		paced := pacedBody{body: r.Body, rc: rc, start: arrival, grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate),
-			ledger: s.bodies, client: client}
 		defer paced.release()
+		bufp := bodyBuffers.get(r.ContentLength)
 		req, body, err := request.ParseFrom(kind, &paced, r.ContentLength, *bufp,
 			request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes, BytesPerToken: s.cfg.BytesPerToken})
 		defer func() {
@@ -198,14 +202,18 @@ func (p *sizedPool) put(b *[]byte) {
 // serve relays one parsed request through the ReverseProxy and accounts
 // for how it ended.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body []byte) {
-	x := &exchange{s: s, kind: kind, req: req, body: body, in: r}
+	ctx, abandon := context.WithCancelCause(r.Context())
+	defer abandon(nil)
+	x := &exchange{s: s, kind: kind, req: req, body: body, ctx: ctx, abandon: abandon}
+	dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
 	defer func() {
+		dw.done()
 		for _, b := range x.pending {
 			b.wait() // the transport is done with the pooled body buffer
 		}
 		s.account(x)
 	}()
-	s.relay.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), exchangeKey{}, x)))
+	s.relay.ServeHTTP(dw, r.WithContext(context.WithValue(ctx, exchangeKey{}, x)))
 }
 
 // account records how an exchange ended, once: ok (delivered in full,

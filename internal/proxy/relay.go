@@ -36,7 +36,11 @@ type exchange struct {
 	kind request.Kind
 	req  *request.Request
 	body []byte
-	in   *http.Request // the client's request
+	// ctx is the client's request's context, ended also when the proxy
+	// gives up on the client (abandon): every attempt's context derives
+	// from it.
+	ctx     context.Context
+	abandon context.CancelCauseFunc
 
 	target routed
 	start  time.Time // when the current attempt was sent

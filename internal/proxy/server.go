@@ -39,25 +39,28 @@ type Options struct {
 
 // Server is one regional proxy.
 type Server struct {
-	cfg        Config
-	opts       Options
-	log        *slog.Logger
-	router     *Router
-	relay      *httputil.ReverseProxy
-	upstream   http.RoundTripper
-	loops      *poolLoops
-	markers    *markers
-	noisy      *lograte.Limiter // lines that can come once per request, per kind
-	demand     *demand
-	metrics    *metrics
-	handler    http.Handler
-	draining   atomic.Bool
-	bodies     *bodyLedger // bytes received in request bodies held now
-	active     sync.WaitGroup
-	ids        atomic.Uint64
-	started    time.Time
-	gossipAddr atomic.Pointer[string]
-	maxClass   request.Class // the most urgent class a client may ask for
+	cfg      Config
+	opts     Options
+	log      *slog.Logger
+	router   *Router
+	relay    *httputil.ReverseProxy
+	upstream http.RoundTripper
+	loops    *poolLoops
+	markers  *markers
+	noisy    *lograte.Limiter // lines that can come once per request, per kind
+	demand   *demand
+	metrics  *metrics
+	handler  http.Handler
+	draining atomic.Bool
+	bodies   *bodyLedger // bytes received in request bodies held now
+	// readAheadHeld is the bytes responses hold read ahead of their
+	// clients (see readAhead).
+	readAheadHeld atomic.Int64
+	active        sync.WaitGroup
+	ids           atomic.Uint64
+	started       time.Time
+	gossipAddr    atomic.Pointer[string]
+	maxClass      request.Class // the most urgent class a client may ask for
 	// expiring ends when the drain deadline is near: what is still in
 	// flight is then ended with a status or an error event.
 	expiring context.Context

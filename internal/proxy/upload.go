@@ -33,7 +33,7 @@ type pacedBody struct {
 	grace    time.Duration
 	rate     float64 // bytes per second
 	received int64
-	charged  int64 // to the ledger: received × BodyMemoryFactor
+	charged  int64 // to the ledger: the declared length's reservation, or received × BodyMemoryFactor
 	ledger   *bodyLedger
 	client   string
 }
@@ -58,9 +58,11 @@ func (p *pacedBody) Read(b []byte) (int, error) {
 	if n > 0 {
 		p.last = time.Now()
 		p.received += int64(n)
-		p.charged += BodyMemoryFactor * int64(n)
-		if refusal := p.ledger.add(p.client, BodyMemoryFactor*int64(n)); refusal != nil && err == nil {
-			err = refusal
+		if owed := BodyMemoryFactor*p.received - p.charged; owed > 0 { // past what was reserved
+			p.charged += owed
+			if refusal := p.ledger.add(p.client, owed); refusal != nil && err == nil {
+				err = refusal
+			}
 		}
 	}
 	return n, err
@@ -99,13 +101,18 @@ var (
 		Message: "this client's uploads in progress hold as many bytes as one client may (client_body_budget); retry when they end"}
 )
 
-// fits says why n more bytes from client would not fit (nil if they
-// would), without counting them: a declared length is refused before a
-// byte of it is read.
-func (l *bodyLedger) fits(client string, n int64) *apierr.Error {
+// reserve counts n bytes for client if they fit, else says which budget
+// they would pass and counts nothing: a declared length is refused, or
+// held, before a byte of it is read.
+func (l *bodyLedger) reserve(client string, n int64) *apierr.Error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.refusal(client, n)
+	if refusal := l.refusal(client, n); refusal != nil {
+		return refusal
+	}
+	l.total += n
+	l.byClient[client] += n
+	return nil
 }
 
 func (l *bodyLedger) refusal(client string, n int64) *apierr.Error {

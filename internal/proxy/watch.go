@@ -37,7 +37,7 @@ func (x *exchange) watch(resp *http.Response) {
 		wb.events = &alignedEvents{src: resp.Body}
 		wb.body = wb.events
 	}
-	resp.Body = wb
+	resp.Body = newReadAhead(x, wb)
 }
 
 // endContext ends the context of the attempt that reached the client.
@@ -61,7 +61,7 @@ func (x *exchange) endAttempt(how region.Outcome) {
 	if how == region.Served && o.replica != nil && x.counter.cachedSeen {
 		x.s.router.CacheReported(o.Attempt, x.counter.cached)
 	}
-	_, _, _ = x.s.router.End(x.in.Context(), o.Attempt, how)
+	_, _, _ = x.s.router.End(x.ctx, o.Attempt, how)
 }
 
 // watchedBody is an upstream body on its way to the client.
@@ -118,9 +118,9 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		// must find the replica free, not busy with the answer it holds.
 		x.complete = true
 		b.settle()
-	case err != nil && x.in.Context().Err() == nil && err != errDrained && b.events != nil && x.continueElsewhere(b.events) == nil:
+	case err != nil && x.ctx.Err() == nil && err != errDrained && b.events != nil && x.continueElsewhere(b.events) == nil:
 		return n, nil // the stream goes on from another target
-	case err != nil && x.in.Context().Err() == nil:
+	case err != nil && x.ctx.Err() == nil:
 		// The upstream broke, or the proxy is about to exit, not the
 		// client: never fake a clean end.
 		b.failed, x.broken = err, err

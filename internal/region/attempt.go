@@ -44,10 +44,11 @@ type Attempt struct {
 	// Number is 1 for a request's first attempt, n+1 for its n-th retry.
 	Number int
 
-	r     *Region
-	sent  time.Time // when the decision was delivered
-	first bool      // FirstToken was reported
-	ended bool
+	r        *Region
+	failedOn []*Replica // the replicas that failed the request's earlier attempts
+	sent     time.Time  // when the decision was delivered
+	first    bool       // FirstToken was reported
+	ended    bool
 }
 
 // Outcome says how an attempt ended.
@@ -190,9 +191,48 @@ func (r *Region) retry(now time.Time, a *Attempt) Next {
 	if a.Peer != nil {
 		a.Request.ServeHere = true
 	}
-	r.retries[a.Request] = a.Number
+	again := retried{attempts: a.Number, failedOn: a.failedOn}
+	if a.Replica != nil {
+		again.failedOn = append(again.failedOn, a.Replica)
+	}
+	r.retries[a.Request] = again
 	r.bal.Submit(now, a.Request, r)
 	return Next{Retry: true}
+}
+
+// retried is a request routed again and not yet delivered: its attempts
+// so far, and the replicas that failed it.
+type retried struct {
+	attempts int
+	failedOn []*Replica
+}
+
+// avoid takes the replicas that failed a request out of its view (as not
+// healthy), while another replica is healthy: its retry goes elsewhere
+// rather than back to the replica that just failed it, which prefix
+// affinity would choose again until the replica is ejected. With no other
+// healthy replica it may go back (the failure may have been transient).
+func avoid(view []policy.Replica, replicas []*Replica, failedOn []*Replica) {
+	failed := func(i int) bool {
+		for _, rp := range failedOn {
+			if rp == replicas[i] {
+				return true
+			}
+		}
+		return false
+	}
+	other := false
+	for i := range view {
+		other = other || (view[i].Healthy && !failed(i))
+	}
+	if !other {
+		return
+	}
+	for i := range view {
+		if failed(i) {
+			view[i].Healthy = false
+		}
+	}
 }
 
 // Deliver implements balancer.Env: a dispatch takes a slot on its replica
@@ -200,7 +240,8 @@ func (r *Region) retry(now time.Time, a *Attempt) Next {
 // now holds the request's prefix; a forward counts as in flight at the
 // peer. Then the driver gets the attempt.
 func (r *Region) Deliver(o balancer.Outcome) {
-	a := &Attempt{Outcome: o, r: r, Number: r.retries[o.Request] + 1}
+	again := r.retries[o.Request]
+	a := &Attempt{Outcome: o, r: r, Number: again.attempts + 1, failedOn: again.failedOn}
 	delete(r.retries, o.Request)
 	if !o.Submitted.IsZero() {
 		a.sent = o.Submitted.Add(o.Waited)

@@ -1,6 +1,7 @@
 package region
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -140,5 +141,70 @@ func TestEndPumpsAndMidStreamBreaks(t *testing.T) {
 	}
 	if _, ok := r.retries[b.Request]; ok {
 		t.Error("a cancelled retry is still counted")
+	}
+}
+
+// A retry goes to another replica than the one that failed it, though
+// prefix affinity prefers that one (it holds the prompt) and one failure
+// has not ejected it; with no other healthy replica it may go back.
+func TestARetryAvoidsTheReplicaThatFailedIt(t *testing.T) {
+	r, got := newTestRegion(t, 2)
+	warm := req("warm", 1, 2, 3, 4)
+	r.Submit(t0, warm)
+	home := last(t, got).Replica
+	last(t, got).End(t0.Add(time.Second), Served)
+
+	again := req("again", 1, 2, 3, 4)
+	r.Submit(t0.Add(2*time.Second), again)
+	if a := last(t, got); a.Replica != home {
+		t.Fatalf("the second request went to %s, want %s, which holds its prompt", a.Replica.Name(), home.Name())
+	}
+	if next := last(t, got).End(t0.Add(3*time.Second), ReplicaFailed); !next.Retry {
+		t.Fatalf("the failure: %+v, want a retry", next)
+	}
+	if !home.Healthy() {
+		t.Fatal("one failure ejected the replica; the test needs it still in service")
+	}
+	if a := last(t, got); a.Number != 2 || a.Replica == home {
+		t.Fatalf("the retry (attempt %d) went to %s, the replica that just failed it", a.Number, a.Replica.Name())
+	}
+	// Alone, a replica gets the retry of what it failed.
+	solo, soloGot := newTestRegion(t, 1)
+	solo.Submit(t0, req("a", 1))
+	last(t, soloGot).End(t0, ReplicaFailed)
+	if a := last(t, soloGot); a.Number != 2 || !a.Dispatched() {
+		t.Fatalf("a lone replica's retry: %+v, want it dispatched there again", a)
+	}
+}
+
+// A replica re-admitted after an ejection is on probation: it takes one
+// request at a time until it serves one, so a replica that still hangs
+// draws one request into its timeout, not a burst.
+func TestAReplicaOnProbationTakesOneRequestAtATime(t *testing.T) {
+	r, got := newTestRegion(t, 1)
+	rp := r.Replicas()[0]
+	for range r.cfg.EjectAfter {
+		r.HealthChecked(rp, false)
+	}
+	if rp.Healthy() {
+		t.Fatal("failed health checks did not eject the replica")
+	}
+	for range r.cfg.ReadmitAfter {
+		r.HealthChecked(rp, true)
+	}
+	if !rp.Healthy() || !rp.probation {
+		t.Fatalf("healthy %v, probation %v: want re-admitted on probation", rp.Healthy(), rp.probation)
+	}
+	for i := range 4 {
+		rq := req(fmt.Sprint("p", i), uint64(i+1))
+		rq.Wait = true
+		r.Submit(t0, rq)
+	}
+	if len(*got) != 1 || rp.InFlight() != 1 || r.Queued() != 3 {
+		t.Fatalf("%d dispatched, %d in flight, %d held: want one on probation, the rest held", len(*got), rp.InFlight(), r.Queued())
+	}
+	last(t, got).End(t0.Add(time.Second), Served)
+	if rp.probation || rp.InFlight() < 2 {
+		t.Errorf("after serving one: probation %v, %d in flight; want probation over and the held requests dispatched at its full cap", rp.probation, rp.InFlight())
 	}
 }

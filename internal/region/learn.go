@@ -45,6 +45,9 @@ func (r *Region) learnsCap(rp *Replica) bool { return !rp.metrics.Known }
 // the configured MaxInFlight, or for an engine without metrics the
 // learned cap, never above MaxInFlight.
 func (r *Region) dispatchCap(rp *Replica) int {
+	if rp.probation {
+		return 1 // re-admitted, not yet proven: one request at a time (see HealthChecked)
+	}
 	if !r.learnsCap(rp) {
 		return r.cfg.MaxInFlight
 	}

@@ -101,7 +101,7 @@ type Region struct {
 	deliver    func(*Attempt)
 	digests    digestPublisher
 	bookings   map[*request.Request]*booking // dispatched, not ended
-	retries    map[*request.Request]int      // routed again after this many attempts, not yet delivered
+	retries    map[*request.Request]retried  // routed again, not yet delivered
 	bias       ratioEWMA                     // actual over estimated time to first token
 	// hitCached and hitPrompt are exponentially decayed sums (weight
 	// ServiceAlpha per dispatch) of the cached and the prompt tokens of
@@ -125,7 +125,7 @@ func New(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*Region, error)
 	cfg = cfg.withDefaults()
 	r := &Region{cfg: cfg, bal: balancer.New(pol, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
 		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
-		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]int{}, tenantBias: map[flow]*ratioEWMA{},
+		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]retried{}, tenantBias: map[flow]*ratioEWMA{},
 		trust: map[string]*peerTrust{}}
 	r.digests.region = r
 	return r, nil
@@ -254,6 +254,9 @@ func (r *Region) View(req *request.Request) *policy.View {
 	v.Local.Replicas = v.Local.Replicas[:0]
 	for _, rp := range r.replicas {
 		v.Local.Replicas = append(v.Local.Replicas, r.policyReplica(rp, r.matched[rp.target]))
+	}
+	if again, ok := r.retries[req]; ok {
+		avoid(v.Local.Replicas, r.replicas, again.failedOn)
 	}
 	v.Local.PerRequestWait = r.perRequestWait()
 	v.Local.TTFTBias = r.ttftBias(req)
