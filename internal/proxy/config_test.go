@@ -121,21 +121,22 @@ func TestForwardMarkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
+	const eu1, eu2 = "https://eu-west-1:9443", "https://eu-west-2:9443" // two proxies of eu-west
 	body := []byte(`{"messages":[{"role":"user","content":"hi"}]}`)
-	m := keys.sign(forward{Origin: "us-east", Dest: "eu-west", ID: "req-1"}, body, now)
-	if f, err := keys.verify(m, "eu-west", body, now); err != nil || f.Origin != "us-east" || f.ID != "req-1" {
+	m := keys.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "req-1"}, body, now)
+	if f, err := keys.verify(m, "eu-west", eu1, body, now); err != nil || f.Origin != "us-east" || f.ID != "req-1" {
 		t.Errorf("verify own marker: %+v %v", f, err)
 	}
-	tenanted := keys.sign(forward{Origin: "us-east", Dest: "eu-west", ID: "req-t", Tenant: "key-ab;cd"}, body, now)
-	if f, err := keys.verify(tenanted, "eu-west", body, now); err != nil || f.Tenant != "key-ab;cd" {
+	tenanted := keys.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "req-t", Tenant: "key-ab;cd"}, body, now)
+	if f, err := keys.verify(tenanted, "eu-west", eu1, body, now); err != nil || f.Tenant != "key-ab;cd" {
 		t.Errorf("the tenant travels in the marker: %+v %v", f, err)
 	}
-	if _, err := keys.verify(strings.Replace(tenanted, ";a2V5LWFiO2Nk;", ";b3RoZXI;", 1), "eu-west", body, now); err == nil {
+	if _, err := keys.verify(strings.Replace(tenanted, ";a2V5LWFiO2Nk;", ";b3RoZXI;", 1), "eu-west", eu1, body, now); err == nil {
 		t.Error("a marker whose tenant was changed verified")
 	}
 	other, _ := newMarkers([]string{"EjRWeJq83vAxMjM0NTY3OA=="}, "skywalker")
 	fresh := func(id string) string {
-		return keys.sign(forward{Origin: "us-east", Dest: "eu-west", ID: id}, body, now)
+		return keys.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: id}, body, now)
 	}
 	for _, tc := range []struct {
 		name, marker, dest, body, want string
@@ -143,21 +144,26 @@ func TestForwardMarkers(t *testing.T) {
 		{"replayed", m, "eu-west", string(body), "replayed"},
 		{"replayed with another body", m, "eu-west", `{"messages":[{"role":"user","content":"evil"}]}`, "MAC does not verify"},
 		{"replayed at another region", fresh("req-2"), "ap-east", string(body), "meant for region eu-west"},
-		{"to its own origin", keys.sign(forward{Origin: "eu-west", Dest: "eu-west", ID: "req-3"}, body, now), "eu-west", string(body), "does not forward to itself"},
-		{"other key", other.sign(forward{Origin: "us-east", Dest: "eu-west", ID: "req-4"}, body, now), "eu-west", string(body), "MAC does not verify"},
+		{"replayed at another proxy of the region", keys.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu2, ID: "req-2b"}, body, now), "eu-west", string(body), "meant for proxy https://eu-west-2:9443"},
+		{"to its own origin", keys.sign(forward{Origin: "eu-west", Dest: "eu-west", DestProxy: eu1, ID: "req-3"}, body, now), "eu-west", string(body), "does not forward to itself"},
+		{"other key", other.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "req-4"}, body, now), "eu-west", string(body), "MAC does not verify"},
 		{"tampered id", strings.Replace(fresh("req-5"), "req-5", "req-6", 1), "eu-west", string(body), "MAC does not verify"},
-		{"too old", keys.sign(forward{Origin: "us-east", Dest: "eu-west", ID: "req-7"}, body, now.Add(-MaxMarkerSkew-time.Second)), "eu-west", string(body), "timestamp outside"},
+		{"too old", keys.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "req-7"}, body, now.Add(-MaxMarkerSkew-time.Second)), "eu-west", string(body), "timestamp outside"},
 		{"the previous release's format", "us-east;req-8;1;00", "eu-west", string(body), "invalid"},
 		{"garbage", "hello", "eu-west", string(body), "invalid"},
 		{"not hex", "2;us-east;eu-west;req-9;;1;zz", "eu-west", string(body), "invalid"},
 	} {
-		_, err := keys.verify(tc.marker, tc.dest, []byte(tc.body), now)
+		_, err := keys.verify(tc.marker, tc.dest, eu1, []byte(tc.body), now)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want it refused: %q", tc.name, err, tc.want)
 		}
 	}
+	legacy := keys.signVersion(legacyMarkerVersion, forward{Origin: "us-east", Dest: "eu-west", ID: "req-11"}, body, now)
+	if f, err := keys.verify(legacy, "eu-west", eu1, body, now); err != nil || f.ID != "req-11" {
+		t.Errorf("the previous release's version 2 marker must verify during an upgrade: %+v %v", f, err)
+	}
 	rotated, _ := newMarkers([]string{"EjRWeJq83vAxMjM0NTY3OA==", "OpFc4ge0aP0hnkvDdg2oXw=="}, "skywalker")
-	if _, err := rotated.verify(fresh("req-10"), "eu-west", body, now); err != nil {
+	if _, err := rotated.verify(fresh("req-10"), "eu-west", eu1, body, now); err != nil {
 		t.Errorf("a marker signed with the old key must verify during rotation: %v", err)
 	}
 	// The replay cache forgets what the window no longer admits.
@@ -242,9 +248,11 @@ func FuzzEngineMetrics(f *testing.F) {
 
 func FuzzForwardMarker(f *testing.F) {
 	keys, _ := newMarkers(nil, "skywalker")
-	f.Add(keys.sign(forward{Origin: "us-east", Dest: "eu-west", ID: "x"}, []byte("{}"), time.Now()))
+	const eu1 = "https://eu-west-1:9443"
+	f.Add(keys.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "x"}, []byte("{}"), time.Now()))
+	f.Add(keys.signVersion(legacyMarkerVersion, forward{Origin: "us-east", Dest: "eu-west", ID: "x"}, []byte("{}"), time.Now()))
 	f.Fuzz(func(t *testing.T, marker string) {
-		_, _ = keys.verify(marker, "eu-west", []byte("{}"), time.Now())
+		_, _ = keys.verify(marker, "eu-west", eu1, []byte("{}"), time.Now())
 	})
 }
 

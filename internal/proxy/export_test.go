@@ -11,7 +11,7 @@ import (
 // origin would when forwarding the request id with body to s (for tests of
 // the receiving side).
 func SignMarker(s *Server, origin, id string, body []byte) string {
-	return s.markers.sign(forward{Origin: origin, Dest: s.cfg.Region, ID: id}, body, time.Now())
+	return s.markers.sign(forward{Origin: origin, Dest: s.cfg.Region, DestProxy: s.cfg.AdvertiseURL, ID: id}, body, time.Now())
 }
 
 // testutilValue reads a counter's value.

@@ -33,12 +33,14 @@ const MaxMarkerSkew = 10 * time.Second
 // against accidents, not attackers.
 //
 // A marker binds the request to where it came from and where it was sent:
-// the MAC covers the origin region, the destination region, the request
-// id, the time and a SHA-256 of the body. The receiver refuses a marker
-// meant for another region, older than MaxMarkerSkew, or whose id it has
-// already accepted (a replay cache spanning the skew window), so a
+// the MAC covers the origin region, the destination region and the one
+// proxy there it was sent to (its advertised URL), the request id, the
+// time and a SHA-256 of the body. The receiver refuses a marker meant for
+// another region or another proxy, older than MaxMarkerSkew, or whose id
+// it has already accepted (a replay cache spanning the skew window), so a
 // captured marker cannot be replayed — not with the same body, not with
-// another, not at another region.
+// another, not at another region, not at another proxy of the same region
+// (whose replay cache is its own).
 type markers struct {
 	keys [][]byte
 	mu   sync.Mutex
@@ -69,42 +71,63 @@ func deriveKey(secret []byte) []byte {
 	return h.Sum(nil)
 }
 
-// markerVersion prefixes every marker this release signs.
-const markerVersion = "2"
+// markerVersion prefixes every marker this release signs: version 3 names
+// the receiving proxy. Version 2 markers (the previous release's, without
+// it) are still accepted, so a mesh can be upgraded a region at a time;
+// they are protected against replay at the proxy that took them only.
+const (
+	markerVersion       = "3"
+	legacyMarkerVersion = "2"
+)
 
 // forward is what a marker says of a forwarded request: where it comes
 // from, where it was sent, its id, and its tenant at the origin (the peer
 // queues it fairly under the same tenant, though the client's
 // Authorization, from which the tenant may derive, stays at the origin).
+//
+// DestProxy is the receiving proxy's advertised URL (empty in a version 2
+// marker).
 type forward struct {
 	Origin, Dest, ID, Tenant string
+	DestProxy                string
 }
 
-func mac(key []byte, f forward, ts int64, bodySum []byte) []byte {
+func mac(key []byte, version string, f forward, ts int64, bodySum []byte) []byte {
 	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00", markerVersion, f.Origin, f.Dest, f.ID, f.Tenant, ts)
+	fmt.Fprintf(m, "%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00", version, f.Origin, f.Dest, f.ID, f.Tenant, ts)
+	if version != legacyMarkerVersion {
+		fmt.Fprintf(m, "%s\x00", f.DestProxy)
+	}
 	m.Write(bodySum)
 	return m.Sum(nil)
 }
 
 // sign returns the marker for the request f describes, forwarded with body.
 func (m *markers) sign(f forward, body []byte, now time.Time) string {
+	return m.signVersion(markerVersion, f, body, now)
+}
+
+func (m *markers) signVersion(version string, f forward, body []byte, now time.Time) string {
 	ts := now.UnixMilli()
 	sum := sha256.Sum256(body)
-	return markerVersion + ";" + f.Origin + ";" + f.Dest + ";" + f.ID + ";" + base64.RawURLEncoding.EncodeToString([]byte(f.Tenant)) + ";" +
-		strconv.FormatInt(ts, 10) + ";" + hex.EncodeToString(mac(m.keys[0], f, ts, sum[:]))
+	fields := []string{version, f.Origin, f.Dest, f.ID, base64.RawURLEncoding.EncodeToString([]byte(f.Tenant)), strconv.FormatInt(ts, 10)}
+	if version != legacyMarkerVersion {
+		fields = append(fields, base64.RawURLEncoding.EncodeToString([]byte(f.DestProxy)))
+	}
+	return strings.Join(append(fields, hex.EncodeToString(mac(m.keys[0], version, f, ts, sum[:]))), ";")
 }
 
 var errBadMarker = errors.New("invalid forwarding marker")
 
-// verify checks a marker received by region dest with body, and returns
-// what it says. An accepted marker is remembered: the same one again is
-// refused as a replay.
-func (m *markers) verify(marker, dest string, body []byte, now time.Time) (forward, error) {
+// verify checks a marker received with body by the proxy destProxy (its
+// advertised URL) of region dest, and returns what it says. An accepted
+// marker is remembered: the same one again is refused as a replay.
+func (m *markers) verify(marker, dest, destProxy string, body []byte, now time.Time) (forward, error) {
 	parts := strings.Split(marker, ";")
-	if len(parts) != 7 || len(marker) > 1024 || parts[0] != markerVersion {
+	if len(marker) > 1024 || !(len(parts) == 8 && parts[0] == markerVersion || len(parts) == 7 && parts[0] == legacyMarkerVersion) {
 		return forward{}, errBadMarker
 	}
+	version := parts[0]
 	tenant, err := base64.RawURLEncoding.DecodeString(parts[4])
 	if err != nil {
 		return forward{}, errBadMarker
@@ -114,17 +137,24 @@ func (m *markers) verify(marker, dest string, body []byte, now time.Time) (forwa
 	if err != nil {
 		return forward{}, errBadMarker
 	}
+	if version == markerVersion {
+		proxy, err := base64.RawURLEncoding.DecodeString(parts[6])
+		if err != nil {
+			return forward{}, errBadMarker
+		}
+		f.DestProxy = string(proxy)
+	}
 	if d := now.Sub(time.UnixMilli(ts)); d > MaxMarkerSkew || d < -MaxMarkerSkew {
 		return forward{}, fmt.Errorf("%w: timestamp outside ±%v", errBadMarker, MaxMarkerSkew)
 	}
-	got, err := hex.DecodeString(parts[6])
+	got, err := hex.DecodeString(parts[len(parts)-1])
 	if err != nil {
 		return forward{}, errBadMarker
 	}
 	sum := sha256.Sum256(body)
 	verified := false
 	for _, key := range m.keys {
-		if hmac.Equal(got, mac(key, f, ts, sum[:])) {
+		if hmac.Equal(got, mac(key, version, f, ts, sum[:])) {
 			verified = true
 			break
 		}
@@ -136,6 +166,8 @@ func (m *markers) verify(marker, dest string, body []byte, now time.Time) (forwa
 		return forward{}, fmt.Errorf("%w: meant for region %s, not %s", errBadMarker, f.Dest, dest)
 	case f.Origin == dest:
 		return forward{}, fmt.Errorf("%w: a region does not forward to itself", errBadMarker)
+	case version == markerVersion && f.DestProxy != destProxy:
+		return forward{}, fmt.Errorf("%w: meant for proxy %s of region %s, not this one (%s)", errBadMarker, f.DestProxy, dest, destProxy)
 	}
 	if !m.remember(f.Origin+"\x00"+f.ID, now) {
 		return forward{}, fmt.Errorf("%w: replayed (request %s from %s was already accepted)", errBadMarker, f.ID, f.Origin)

@@ -112,7 +112,7 @@ func (s *Server) acceptForward(r *http.Request, marker string, body []byte, now 
 	if s.cfg.TLSCert != "" && r.TLS == nil {
 		return forward{}, errors.New("forwarded requests are taken over TLS only, on the peer listener")
 	}
-	return s.markers.verify(marker, s.cfg.Region, body, now)
+	return s.markers.verify(marker, s.cfg.Region, s.cfg.AdvertiseURL, body, now)
 }
 
 // The headers a client steers its request with, besides the body's

@@ -245,12 +245,13 @@ func (x *exchange) send(ctx context.Context, o routed, body []byte) (*http.Respo
 		if len(p.APIAddrs) == 0 {
 			return nil, errors.New("peer region " + p.Region + " has no proxy address")
 		}
-		base, err := parseBase(p.APIAddrs[int(x.s.ids.Load())%len(p.APIAddrs)])
+		addr := p.APIAddrs[int(x.s.ids.Load())%len(p.APIAddrs)]
+		base, err := parseBase(addr)
 		if err != nil {
 			return nil, err
 		}
 		up.URL.Scheme, up.URL.Host = base.Scheme, base.Host
-		up.Header.Set(ForwardHeader, x.s.markers.sign(forward{Origin: x.s.cfg.Region, Dest: p.Region, ID: x.req.ID, Tenant: x.req.Tenant}, body, time.Now()))
+		up.Header.Set(ForwardHeader, x.s.markers.sign(forward{Origin: x.s.cfg.Region, Dest: p.Region, DestProxy: addr, ID: x.req.ID, Tenant: x.req.Tenant}, body, time.Now()))
 		if !x.s.cfg.ForwardAuthorization {
 			for _, h := range CredentialHeaders { // the client's credentials stay in its region
 				up.Header.Del(h)

@@ -205,8 +205,8 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 			}
 		}
 		m := got.Get(ForwardHeader)
-		if f, err := srv.markers.verify(m, "eu-west", body, time.Now()); err != nil || f != (forward{"us-east", "eu-west", "us-east-1", "key-0a1b2c"}) {
-			t.Errorf("marker %q says %+v (%v); want origin, destination, id and the tenant, so the peer queues it fairly", m, f, err)
+		if f, err := srv.markers.verify(m, "eu-west", peer.URL, body, time.Now()); err != nil || f != (forward{"us-east", "eu-west", "us-east-1", "key-0a1b2c", peer.URL}) {
+			t.Errorf("marker %q says %+v (%v); want origin, destination (region and proxy), id and the tenant, so the peer queues it fairly", m, f, err)
 		}
 	}
 }
