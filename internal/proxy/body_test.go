@@ -335,3 +335,33 @@ func TestIdleConnectionsAreClosed(t *testing.T) {
 		}
 	}
 }
+
+// A forwarded request keeps the class and engine priority its origin
+// admitted: a region whose own clients may not ask for critical or a
+// priority serves its peers' critical requests; its own client asking
+// for the same is refused 400.
+func TestAForwardKeepsTheClassItsOriginAdmitted(t *testing.T) {
+	backend, _ := countingBackend(t)
+	p := startSolo(t, []string{backend.URL}, nil) // defaults: standard at most, priority 0 only
+	body := `{"priority":5,"messages":[{"role":"user","content":"urgent"}]}`
+	send := func(marker string) int {
+		req, _ := http.NewRequest("POST", "http://"+p.addr+"/v1/chat/completions", strings.NewReader(body))
+		req.Header.Set(PriorityHeader, "critical")
+		if marker != "" {
+			req.Header.Set(ForwardHeader, marker)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if s := send(SignMarker(p.srv, "us-east", "us-east-critical", []byte(body))); s != 200 {
+		t.Errorf("a peer's critical request with priority 5: status %d, want 200", s)
+	}
+	if s := send(""); s != 400 {
+		t.Errorf("a client's own critical request with priority 5: status %d, want 400", s)
+	}
+}

@@ -69,16 +69,6 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			s.reject(w, err, "bad_request")
 			return
 		}
-		if req.Class.Rank() < s.maxClass.Rank() {
-			s.reject(w, apierr.Invalid("priority", "priority class %s is above %s, the most urgent this deployment lets clients ask for (SKYWALKER_PRIORITY_CLASS_MAX)",
-				req.Class, s.maxClass), "bad_request")
-			return
-		}
-		if p := req.Priority; p < s.cfg.PriorityMin || p > s.cfg.PriorityMax {
-			s.reject(w, apierr.Invalid("priority", "priority %d is outside [%d, %d], the range this deployment allows (SKYWALKER_PRIORITY_MIN, SKYWALKER_PRIORITY_MAX)",
-				p, s.cfg.PriorityMin, s.cfg.PriorityMax), "bad_request")
-			return
-		}
 		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
 		req.Deadline = arrival.Add(s.cfg.MaxWait) // retries do not extend it
 		if marker := r.Header.Get(ForwardHeader); marker != "" {
@@ -94,6 +84,13 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 					Message: "a request resident in " + req.Residency + " may not be served in " + s.cfg.Region}, "forbidden")
 				return
 			}
+		} else if err := s.clientLimits(req); err != nil {
+			// A forward keeps the class and priority its origin admitted
+			// (the verified marker vouches for them): these limits are on
+			// what this region's own clients may ask for, and a region
+			// with other limits must not refuse its peers' requests.
+			s.reject(w, err, "bad_request")
+			return
 		}
 		if target, ok := s.cfg.ModelAliases[req.Model]; ok {
 			body = req.RewriteModel(body, target)
@@ -113,6 +110,20 @@ func (s *Server) acceptForward(r *http.Request, marker string, body []byte, now 
 		return forward{}, errors.New("forwarded requests are taken over TLS only, on the peer listener")
 	}
 	return s.markers.verify(marker, s.cfg.Region, s.cfg.AdvertiseURL, body, now)
+}
+
+// clientLimits refuses a client's request for a priority class or an
+// engine priority this deployment does not let its clients ask for.
+func (s *Server) clientLimits(req *request.Request) error {
+	if req.Class.Rank() < s.maxClass.Rank() {
+		return apierr.Invalid("priority", "priority class %s is above %s, the most urgent this deployment lets clients ask for (SKYWALKER_PRIORITY_CLASS_MAX)",
+			req.Class, s.maxClass)
+	}
+	if p := req.Priority; p < s.cfg.PriorityMin || p > s.cfg.PriorityMax {
+		return apierr.Invalid("priority", "priority %d is outside [%d, %d], the range this deployment allows (SKYWALKER_PRIORITY_MIN, SKYWALKER_PRIORITY_MAX)",
+			p, s.cfg.PriorityMin, s.cfg.PriorityMax)
+	}
+	return nil
 }
 
 // The headers a client steers its request with, besides the body's
