@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -157,6 +158,9 @@ func (p *poolLoops) scrapeAll(ctx context.Context) {
 			var known bool
 			mark := p.r.MarkScrape(rp.name())
 			resp, err := p.get(ctx, rp, "/metrics", time.Second)
+			if err == nil {
+				rp.answered.Store(time.Now().UnixNano())
+			}
 			if err != nil {
 				known = p.r.ObserveScrape(rp.name(), mark, 0, nil)
 			} else {
@@ -209,15 +213,22 @@ func (p *poolLoops) scraped(rp *replica, at time.Time, status int, err error, kn
 }
 
 // healthAll probes /health; the region core's rule ejects a replica that
-// fails EjectAfter checks in a row and re-admits one that passes twice.
+// fails EjectAfter checks in a row and re-admits one that passes twice. A
+// check that times out while the replica answers its scrapes is slow, not
+// down, and passes: an engine's /health can lag behind a busy engine loop
+// while its server answers everything else.
 func (p *poolLoops) healthAll(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, rp := range p.snapshot() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := p.get(ctx, rp, "/health", 2*time.Second)
+			asked := time.Now()
+			resp, err := p.get(ctx, rp, "/health", healthTimeout)
 			ok := err == nil && resp.StatusCode < 500
+			if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+				ok = time.Unix(0, rp.answered.Load()).After(asked) // a scrape answered while /health did not
+			}
 			if err == nil {
 				resp.Body.Close()
 			}
@@ -226,6 +237,9 @@ func (p *poolLoops) healthAll(ctx context.Context) {
 	}
 	wg.Wait()
 }
+
+// healthTimeout bounds one /health check.
+const healthTimeout = 2 * time.Second
 
 // modelCard is one model as a replica's /v1/models lists it: its id, and
 // the object exactly as the engine sent it (owned_by, created, max_model_len

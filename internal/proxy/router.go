@@ -33,6 +33,9 @@ type replica struct {
 	url    *url.URL
 	models atomic.Pointer[[]modelCard] // nil until /v1/models answered
 	scrape scrapeState                 // owned by the scrape loop (one round at a time)
+	// answered is when the replica last answered a scrape (any status),
+	// in Unix nanoseconds: the health loop tells slow from down by it.
+	answered atomic.Int64
 }
 
 func (rp *replica) name() string { return rp.handle.Name() }

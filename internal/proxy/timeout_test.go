@@ -15,6 +15,7 @@ import (
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
+	"skywalker/internal/testwait"
 )
 
 func TestFirstByteTimeoutFollowsTheEstimate(t *testing.T) {
@@ -208,5 +209,48 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 		if f, err := srv.markers.verify(m, "eu-west", peer.URL, body, time.Now()); err != nil || f != (forward{"us-east", "eu-west", "us-east-1", "key-0a1b2c", peer.URL}) {
 			t.Errorf("marker %q says %+v (%v); want origin, destination (region and proxy), id and the tenant, so the peer queues it fairly", m, f, err)
 		}
+	}
+}
+
+// slowHealthBackend serves chat and /metrics at once but takes 3 s to
+// answer /health (past the check's 2 s timeout), as an engine whose
+// health endpoint lags behind a busy loop does.
+func slowHealthBackend(t *testing.T) *httptest.Server {
+	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		switch r.URL.Path {
+		case "/health":
+			select {
+			case <-time.After(3 * time.Second):
+			case <-r.Context().Done():
+			}
+		case "/metrics":
+			http.NotFound(w, r) // answers: the server is up
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`))
+		}
+	}))
+	t.Cleanup(b.Close)
+	return b
+}
+
+// TestAReplicaSlowToHealthButAnsweringStaysIn: an idle replica whose
+// /health times out while it answers everything else is slow, not down:
+// it stays in service through more failed checks than eject it, and
+// serves the next request.
+func TestAReplicaSlowToHealthButAnsweringStaysIn(t *testing.T) {
+	p := startSolo(t, []string{slowHealthBackend(t).URL}, nil)
+	ejectAfter := DefaultConfig().EjectAfter
+	testwait.Holds(t, time.Duration(ejectAfter+1)*healthTimeout+time.Second, "the replica stays in service", func() (bool, string) {
+		return p.replica(0).Healthy, "ejected: its /health timed out while it answered its scrapes"
+	})
+	resp, err := http.Post("http://"+p.addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("status %d, want 200 from the replica slow to /health", resp.StatusCode)
 	}
 }
