@@ -171,17 +171,24 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		stopExpire := context.AfterFunc(x.s.expiring, func() { cancel(errDrained) })
 		timeout := x.firstByteTimeout(o)
 		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
+		answered := func() {}
+		if o.replica != nil {
+			answered = x.s.router.awaitingFirstByte(o.replica.handle, cancel)
+		}
 		resp, sendErr := x.send(actx, o, body)
 		if sendErr == nil && acceptable(o, resp) {
 			// Nothing reaches the client before the upstream's first body
 			// byte: until then a failure is retried elsewhere.
-			if sendErr = awaitFirstByte(resp); sendErr == nil && timer.Stop() {
+			sendErr = awaitFirstByte(resp)
+			answered()
+			if sendErr == nil && timer.Stop() && actx.Err() == nil {
 				x.attemptCtx, x.cancel, x.stopExpire = actx, cancel, stopExpire
 				return resp, nil
 			}
 			resp.Body.Close()
 			resp = nil
 		}
+		answered()
 		timer.Stop()
 		if resp != nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
@@ -196,6 +203,8 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		case cause == errNoFirstByte:
 			sendErr = fmt.Errorf("no first byte within %v", timeout)
 			x.s.metrics.upstreamTimeouts.WithLabelValues("first_byte").Inc()
+		case cause == errReplicaEjected:
+			sendErr = cause
 		case cause == errDrained, ctx.Err() != nil:
 			how = region.Released // not the target's fault, and nowhere to retry
 		}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
@@ -53,7 +54,12 @@ type Router struct {
 	replicas []*replica // in the core's order
 	mesh     PeerSource
 	waiters  map[*request.Request]chan routed
-	now      func() time.Time
+	// unanswered are the attempts at each replica still waiting for their
+	// first byte: when the replica is ejected they are ended at once and
+	// retried elsewhere, not left to their own timeout (minutes, for a
+	// response that is not streamed).
+	unanswered map[*region.Replica]map[*firstByteWait]struct{}
+	now        func() time.Time
 
 	recent     []Decision // ring of recent decisions, for /debug/skywalker
 	recentNext int
@@ -88,7 +94,7 @@ type RouterOptions struct {
 
 // NewRouter returns a router for cfg (validated) with no replicas.
 func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
-	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]chan routed{}, now: opts.Clock, recent: make([]Decision, 64),
+	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]chan routed{}, unanswered: map[*region.Replica]map[*firstByteWait]struct{}{}, now: opts.Clock, recent: make([]Decision, 64),
 		observe: opts.Observe}
 	if r.now == nil {
 		r.now = time.Now
@@ -169,9 +175,59 @@ func (r *Router) End(ctx context.Context, a *region.Attempt, how region.Outcome)
 	if how != region.ReplicaFailed { // never retried: no waiter needed (the path every served request takes)
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		return routed{}, a.End(r.now(), how), nil
+		next := a.End(r.now(), how)
+		r.endUnansweredIfEjected(a.Replica)
+		return routed{}, next, nil
 	}
-	return r.await(ctx, a.Request, func() region.Next { return a.End(r.now(), how) })
+	return r.await(ctx, a.Request, func() region.Next {
+		next := a.End(r.now(), how)
+		r.endUnansweredIfEjected(a.Replica)
+		return next
+	})
+}
+
+// firstByteWait is an attempt at a replica waiting for its first byte.
+type firstByteWait struct{ cancel context.CancelCauseFunc }
+
+// errReplicaEjected ends the attempts still waiting at a replica the
+// region has just ejected.
+var errReplicaEjected = errors.New("the replica was ejected while the request waited for its first byte")
+
+// awaitingFirstByte registers an attempt at rp waiting for its first
+// byte, ended with errReplicaEjected through cancel if rp is ejected
+// meanwhile; answered unregisters it.
+func (r *Router) awaitingFirstByte(rp *region.Replica, cancel context.CancelCauseFunc) (answered func()) {
+	w := &firstByteWait{cancel: cancel}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !rp.Healthy() {
+		cancel(errReplicaEjected)
+		return func() {}
+	}
+	if r.unanswered[rp] == nil {
+		r.unanswered[rp] = map[*firstByteWait]struct{}{}
+	}
+	r.unanswered[rp][w] = struct{}{}
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.unanswered[rp], w)
+		if len(r.unanswered[rp]) == 0 {
+			delete(r.unanswered, rp)
+		}
+	}
+}
+
+// endUnansweredIfEjected ends the attempts waiting for their first byte at
+// rp if it is no longer in service. Called with mu held.
+func (r *Router) endUnansweredIfEjected(rp *region.Replica) {
+	if rp == nil || rp.Healthy() {
+		return
+	}
+	for w := range r.unanswered[rp] {
+		w.cancel(errReplicaEjected)
+	}
+	delete(r.unanswered, rp)
 }
 
 // Continue ends the attempt a, whose stream broke after it reached the
@@ -344,6 +400,7 @@ func (r *Router) ObserveHealth(replica string, ok bool) {
 	defer r.mu.Unlock()
 	if h := r.core.Replica(replica); h != nil {
 		r.core.HealthChecked(h, ok)
+		r.endUnansweredIfEjected(h)
 	}
 }
 

@@ -254,3 +254,57 @@ func TestAReplicaSlowToHealthButAnsweringStaysIn(t *testing.T) {
 		t.Errorf("status %d, want 200 from the replica slow to /health", resp.StatusCode)
 	}
 }
+
+// TestRequestsWaitingAtAnEjectedReplicaGoElsewhere: requests that are not
+// streamed and set no max_tokens may wait minutes for their first byte (5
+// s + 2,048 tokens at 100 ms). At a replica whose engine has died under
+// them (it hangs every request, and its /health says 503) they do not:
+// when the health checks eject it, those still waiting there are retried
+// on the healthy replica at once.
+func TestRequestsWaitingAtAnEjectedReplicaGoElsewhere(t *testing.T) {
+	var reached atomic.Int64
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/chat/completions":
+			reached.Add(1)
+			_, _ = io.Copy(io.Discard, r.Body)
+			<-r.Context().Done()
+		case "/health":
+			if reached.Load() > 0 {
+				http.Error(w, "engine dead", http.StatusServiceUnavailable)
+			}
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(dead.Close)
+	good, _ := countingBackend(t)
+	p := startSolo(t, []string{dead.URL, good.URL}, nil)
+	client := &http.Client{Timeout: time.Minute}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[string]int{}
+	for i := range 6 { // spread over both replicas: some wait at the dead one
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			body := fmt.Sprintf(`{"messages":[{"role":"user","content":"question %d"}]}`, i)
+			outcome := "no answer"
+			if resp, err := client.Post("http://"+p.addr+"/v1/chat/completions", "application/json", strings.NewReader(body)); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				outcome = resp.Status
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[outcome]++
+		}()
+	}
+	wg.Wait()
+	if reached.Load() == 0 {
+		t.Fatal("no request reached the dead replica: the test tested nothing")
+	}
+	if statuses["200 OK"] != 6 {
+		t.Errorf("how the requests ended: %v; want all 6 served within the client's minute", statuses)
+	}
+}
