@@ -49,16 +49,17 @@ func (x *exchange) endContext() {
 }
 
 // endAttempt ends the current attempt, which is not retried (how is
-// Served, BrokeMidStream or Released): the replica's slot (with how it
-// went, and the cached tokens its engine reported) or the forward's count
-// at the peer is given back.
+// Served, BrokeMidStream or Released): the replica's slot or the
+// forward's count at the peer is given back, with how it went and the
+// cached tokens the engine reported (for a forward: a check of the
+// peer's digest).
 func (x *exchange) endAttempt(how region.Outcome) {
 	o := x.target
 	x.target = routed{}
 	if o.Attempt == nil {
 		return
 	}
-	if how == region.Served && o.replica != nil && x.counter.cachedSeen {
+	if how == region.Served && x.counter.cachedSeen {
 		x.s.router.CacheReported(o.Attempt, x.counter.cached)
 	}
 	_, _, _ = x.s.router.End(x.ctx, o.Attempt, how)

@@ -118,13 +118,17 @@ func (a *Attempt) FirstToken(now time.Time) {
 }
 
 // CacheReported records the prompt tokens the engine reported cached
-// (usage.prompt_tokens_details.cached_tokens): cache-truth feedback for
-// the prefix index. Only a dispatch has an engine to report.
+// (usage.prompt_tokens_details.cached_tokens): for a dispatch, cache-truth
+// feedback for the prefix index; for a forward, a check of the cached
+// prefix the peer's digest claimed (see peerCacheReported).
 func (a *Attempt) CacheReported(cachedTokens int) {
-	if a.ended || a.Replica == nil || a.Err != nil {
-		return
+	switch {
+	case a.ended || a.Err != nil:
+	case a.Replica != nil:
+		a.r.cacheReported(a.Request, cachedTokens)
+	case a.Peer != nil:
+		a.r.told(a.Peer.Region, a.r.peerCacheReported(a, cachedTokens))
 	}
-	a.r.cacheReported(a.Request, cachedTokens)
 }
 
 // End ends the attempt at now with how, and says what comes next (see
@@ -255,6 +259,7 @@ func (r *Region) Deliver(o balancer.Outcome) {
 		case policy.Forward:
 			p := r.peers[o.Decision.Peer]
 			a.Peer = &p
+			a.PrefixBlocks = r.view.Peers[o.Decision.Peer].PrefixBlocks // what its digest claims
 			r.forwarding[p.Region]++
 		}
 	}

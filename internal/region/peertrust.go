@@ -17,6 +17,10 @@ import (
 //   - so do EjectAfter first tokens in a row that come ClaimFactor times
 //     later than the estimate the forward was chosen on (plus the RTT and
 //     a second): the peer's summary claims a speed it does not deliver;
+//   - so do EjectAfter forwards in a row, chosen where the peer's digest
+//     claimed at least MinClaimedBlocks of the prompt cached, whose engine
+//     reported less than half of that cached: the digest claims a cache
+//     the peer does not have (a lie, or a digest gone stale);
 //   - a peer not yet proven — no forward of this node has reached its first
 //     token there since the start or its last ejection — takes at most
 //     EjectAfter of this node's forwards at once, so a peer that swallows
@@ -33,12 +37,17 @@ const (
 	// a claim missed. The proxy's first-byte timeout gives an attempt the
 	// same 4× before it counts as failed.
 	ClaimFactor = 4
+	// MinClaimedBlocks is the smallest cached prefix (in blocks) a digest
+	// claim is checked for: a block or two can be a false positive of the
+	// filter, or evicted since the digest was sent.
+	MinClaimedBlocks = 4
 )
 
 // peerTrust is what this node's forwards taught it about one peer region.
 type peerTrust struct {
 	failures  int       // forwards in a row that failed
 	misses    int       // first tokens in a row far later than estimated
+	cacheLies int       // forwards in a row that found under half the cache the digest claimed
 	ejections int       // ejections in a row (a served forward ends the run)
 	until     time.Time // distrusted until
 	proven    bool      // a forward reached its first token since the last ejection
@@ -71,6 +80,26 @@ func (r *Region) peerFirstToken(now time.Time, a *Attempt) string {
 	return ""
 }
 
+// peerCacheReported judges the cached tokens a forward's engine reported
+// against what the peer's digest claimed when the forward was chosen; it
+// returns the reason if the peer is now distrusted.
+func (r *Region) peerCacheReported(a *Attempt, cachedTokens int) string {
+	if a.PrefixBlocks < MinClaimedBlocks {
+		return ""
+	}
+	t := r.trustOf(a.Peer.Region)
+	claimed := a.Request.CachedTokens(a.PrefixBlocks)
+	if 2*cachedTokens >= claimed {
+		t.cacheLies = 0
+		return ""
+	}
+	if t.cacheLies++; t.cacheLies >= r.cfg.EjectAfter {
+		return r.distrust(r.now, t, fmt.Sprintf("%d forwards in a row found under half the cached prefix its digest claimed (last %d of %d tokens)",
+			t.cacheLies, cachedTokens, claimed))
+	}
+	return ""
+}
+
 // peerEnded books how a forward ended; it returns the reason if the peer
 // is now distrusted.
 func (r *Region) peerEnded(now time.Time, peer string, how Outcome) string {
@@ -90,7 +119,7 @@ func (r *Region) peerEnded(now time.Time, peer string, how Outcome) string {
 func (r *Region) distrust(now time.Time, t *peerTrust, reason string) string {
 	t.until = now.Add(PeerProbation << min(t.ejections, 5))
 	t.ejections++
-	t.failures, t.misses, t.proven, t.reason = 0, 0, false, reason
+	t.failures, t.misses, t.cacheLies, t.proven, t.reason = 0, 0, 0, false, reason
 	return reason
 }
 

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"skywalker/internal/digest"
 )
 
 // trustRegion is a region whose one replica is busy and whose peer
@@ -138,5 +140,48 @@ func TestAPeerThatDoesNotDeliverItsClaimsIsDistrusted(t *testing.T) {
 	}
 	if open, _ := gateOf(r); open {
 		t.Error("a distrusted peer's gate is open")
+	}
+}
+
+// TestAPeerWhoseDigestClaimsACacheItLacksIsDistrusted: forwards chosen
+// on a digest that claims the prompt's prefix cached, whose engine then
+// reports far less cached, EjectAfter times in a row, distrust the peer;
+// one that finds the cache as claimed resets the count.
+func TestAPeerWhoseDigestClaimsACacheItLacksIsDistrusted(t *testing.T) {
+	r, got, told := trustRegion(t)
+	blocks := []uint64{11, 12, 13, 14, 15, 16, 17, 18}
+	d := digest.New("eu-west", "eu-west-1", 1, 1000, 0.01)
+	for _, b := range blocks {
+		d.Add(b)
+	}
+	p := r.peers[0]
+	p.Digest = d.Clone()
+	r.SetPeers([]Peer{p})
+	now := t0
+	forward := func(cached int) {
+		t.Helper()
+		rq := req(fmt.Sprint("cached", now.UnixNano()), blocks...)
+		r.Submit(now, rq)
+		a := last(t, got)
+		if a.Request != rq || !a.Forwarded() || a.PrefixBlocks != len(blocks) {
+			t.Fatalf("got %+v, want a forward chosen on the digest's claim of %d blocks", a, len(blocks))
+		}
+		a.FirstToken(now.Add(50 * time.Millisecond))
+		a.CacheReported(cached)
+		a.End(now.Add(time.Second), Served)
+		now = now.Add(2 * time.Second)
+	}
+	claimed := req("x", blocks...).CachedTokens(len(blocks))
+	forward(0)
+	forward(0)
+	forward(claimed) // found as claimed: the run ends
+	forward(claimed / 4)
+	forward(0)
+	if len(*told) != 0 {
+		t.Fatalf("told %q after lies broken by one truth, want nothing yet", *told)
+	}
+	forward(0)
+	if len(*told) != 1 || !strings.Contains((*told)[0], "cached prefix its digest claimed") {
+		t.Errorf("told %q, want eu-west distrusted for claiming a cache it lacks", *told)
 	}
 }

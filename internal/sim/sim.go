@@ -261,7 +261,9 @@ func (w *world) handle(e event) error {
 	case evForwardFailed:
 		w.forwardFailed(e.req, r, e.payload.(*apierr.Error))
 	case evForwardDone:
-		e.payload.(*region.Attempt).End(r.now(), region.Served)
+		done := e.payload.(forwardDone)
+		done.attempt.CacheReported(done.cachedTokens) // as the usage that crossed back reports it
+		done.attempt.End(r.now(), region.Served)
 		r.scheduleExpire()
 	case evDispatchArrive:
 		r.reachEngine(e.req)
@@ -408,7 +410,7 @@ func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
 	if sr.forwardedTo >= 0 {
 		in := w.routers[sr.ingress]
 		back += w.oneWay(r.site, in.site)
-		w.push(event{at: w.now + back, kind: evForwardDone, router: int32(sr.ingress), payload: sr.forward})
+		w.push(event{at: w.now + back, kind: evForwardDone, router: int32(sr.ingress), payload: forwardDone{sr.forward, s.CachedTokens}})
 		sr.forward, sr.forwardedTo = nil, -1
 	}
 	back += w.clientWay(w.routers[sr.ingress].site, sr.client)
@@ -419,6 +421,13 @@ func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
 	smp.OutputTokens, smp.CachedTokens = s.Generated, s.CachedTokens
 	w.collect.Add(smp)
 	w.settle(sr)
+}
+
+// forwardDone is a forward's end reaching its ingress, with the cached
+// tokens its engine's usage reported.
+type forwardDone struct {
+	attempt      *region.Attempt
+	cachedTokens int
 }
 
 // sample is what the client of sr saw, for a request that ended with
