@@ -29,7 +29,9 @@ func (m *Mesh) handle(b []byte) {
 			return
 		}
 		m.mu.Lock()
-		m.table.ObserveLoad(msg.Node, msg.Incarnation, msg.Seq, msg.Load, now)
+		if m.table.ObserveLoad(msg.Node, msg.Incarnation, msg.Seq, msg.Load, now) {
+			m.table.ObserveClock(msg.Node, msg.SentAt, now)
+		}
 		m.mu.Unlock()
 	case msgDigest:
 		node := r.str()

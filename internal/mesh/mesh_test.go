@@ -128,7 +128,16 @@ func TestMembershipLoadAndDigestsPropagate(t *testing.T) {
 		return ok && p.Nodes == 2 && p.Load.Queued == 10 && p.Load.Outstanding == 30
 	})
 	t.Logf("load summary reached the peer in %v", took)
+	us.mu.Lock()
+	sampled := us.table.clocks["eu-west"] != nil && us.table.clocks["eu-west"].n > 0
+	us.mu.Unlock()
+	if !sampled {
+		t.Error("no clock sample from eu-west's summaries: its clock offset cannot be measured")
+	}
 	p, _ := peer(us.Mesh, "eu-west")
+	if p.ClockOffset < -time.Second || p.ClockOffset > time.Second {
+		t.Errorf("eu-west, on this machine's clock, measured %v ahead", p.ClockOffset)
+	}
 	if p.Load.Replicas != 4 || p.Load.QueueWait != 175*time.Millisecond || len(p.APIAddrs) != 2 || p.Jurisdiction != "eu" {
 		t.Errorf("aggregated peer %+v: want replicas and queue wait as the largest report, both API addresses", p)
 	}

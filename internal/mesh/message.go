@@ -20,13 +20,15 @@ const (
 	// load summaries; version 3 a flags field (flagDraining); version 4
 	// the cache fields FreeCacheTokens and HitShare (in millionths);
 	// version 5 the sender's incarnation after the sequence number, so
-	// that a restarted node is heard at once. Messages are sent as version
-	// 5; nodes of a release before it refuse them, which to them is the
-	// same as the node falling silent, so a mesh is upgraded whole
-	// (README, Deployment). Versions 1 to 4 are still read (the fields
-	// they lack zero: no eviction is priced for such a peer, and its
-	// incarnation is 0).
-	wireVersion    = 5
+	// that a restarted node is heard at once; version 6 the sender's wall
+	// clock at sending (Unix milliseconds, last), so that peers measure
+	// its clock's offset. Messages are sent as version 6; nodes of a
+	// release before 5 refuse them, which to them is the same as the node
+	// falling silent, so a mesh is upgraded whole (README, Deployment).
+	// Versions 1 to 5 are still read (the fields they lack zero: no
+	// eviction is priced for such a peer, its incarnation is 0, and its
+	// clock is taken to agree).
+	wireVersion    = 6
 	minWireVersion = 1
 	flagDraining   = 1 << 0
 
@@ -52,6 +54,7 @@ type loadMsg struct {
 	Incarnation uint64
 	Seq         uint64 // increases with every summary from the process
 	Load        region.Load
+	SentAt      time.Time // the sender's wall clock, to the millisecond; zero before version 6
 }
 
 // deltaMsg carries the words of a node's digest that changed between two
@@ -112,6 +115,11 @@ func encodeLoad(m loadMsg) []byte {
 	w.uvarint(flags)
 	w.uvarint(uint64(max(l.FreeCacheTokens, 0)))
 	w.uvarint(uint64(math.Round(min(max(l.HitShare, 0), 1) * hitShareScale)))
+	if !m.SentAt.IsZero() {
+		w.uvarint(uint64(max(m.SentAt.UnixMilli(), 0)))
+	} else {
+		w.uvarint(0)
+	}
 	return w.b
 }
 
@@ -245,6 +253,9 @@ func decodeHeader(b []byte) (byte, *reader, error) {
 
 const maxCount = 1 << 40 // bounds durations (ns, ~18 min) and counts on the wire
 
+// maxUnixMilli bounds a wall-clock time on the wire (the year 2286).
+const maxUnixMilli = 1 << 53
+
 // hitShareScale is the unit of a load summary's hit share on the wire:
 // millionths.
 const hitShareScale = 1_000_000
@@ -280,6 +291,14 @@ func decodeLoad(r *reader) (loadMsg, error) {
 	if r.version >= 4 {
 		l.FreeCacheTokens = r.count(maxCount)
 		l.HitShare = float64(r.count(hitShareScale)) / hitShareScale
+	}
+	if r.version >= 6 {
+		switch ms := r.uvarint(); {
+		case ms > maxUnixMilli:
+			r.fail("sending time %d out of range", ms)
+		case ms > 0:
+			m.SentAt = time.UnixMilli(int64(ms))
+		}
 	}
 	r.end()
 	if r.err == nil && m.Node == "" {

@@ -124,14 +124,16 @@ func FuzzDecode(f *testing.F) {
 func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 	full := region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true,
 		FreeCacheTokens: 70000, HitShare: 0.625}
-	b := encodeLoad(loadMsg{Node: "n", Incarnation: 77, Seq: 1, Load: full})
-	if b[2] != wireVersion || !bytes.Equal(b, legacyLoad(wireVersion, "n", 77, 1, full)) {
+	sent := time.UnixMilli(1_790_000_000_123)
+	b := encodeLoad(loadMsg{Node: "n", Incarnation: 77, Seq: 1, Load: full, SentAt: sent})
+	if b[2] != wireVersion || !bytes.Equal(b, legacyLoad(wireVersion, "n", 77, 1, full, sent)) {
 		t.Fatalf("sent as version %d (%x), want version %d as legacyLoad writes it", b[2], b, wireVersion)
 	}
 	cases := []struct {
 		version byte
 		want    region.Load
 	}{
+		{6, full},
 		{5, full},
 		{4, full},
 		{3, region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true}},
@@ -139,7 +141,7 @@ func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 		{1, region.Load{Queued: 2, Outstanding: 9}},
 	}
 	for _, c := range cases {
-		_, r, err := decodeHeader(legacyLoad(c.version, "n", 77, 1, full))
+		_, r, err := decodeHeader(legacyLoad(c.version, "n", 77, 1, full, sent))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -147,15 +149,20 @@ func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 		if c.version >= 5 {
 			wantIncarnation = 77
 		}
-		if m, err := decodeLoad(r); err != nil || m.Load != c.want || m.Incarnation != wantIncarnation {
-			t.Errorf("version %d: decoded %+v (incarnation %d), %v; want %+v (incarnation %d)", c.version, m.Load, m.Incarnation, err, c.want, wantIncarnation)
+		wantSent := time.Time{}
+		if c.version >= 6 {
+			wantSent = sent
+		}
+		if m, err := decodeLoad(r); err != nil || m.Load != c.want || m.Incarnation != wantIncarnation || !m.SentAt.Equal(wantSent) {
+			t.Errorf("version %d: decoded %+v (incarnation %d, sent %v), %v; want %+v (incarnation %d, sent %v)",
+				c.version, m.Load, m.Incarnation, m.SentAt, err, c.want, wantIncarnation, wantSent)
 		}
 	}
 }
 
 // legacyLoad writes l as a node of wire version v writes a summary: the
 // fields that version has, in order.
-func legacyLoad(v byte, node string, incarnation, seq uint64, l region.Load) []byte {
+func legacyLoad(v byte, node string, incarnation, seq uint64, l region.Load, sent time.Time) []byte {
 	w := writer{}
 	w.headerVersion(msgLoad, v)
 	w.str(node)
@@ -183,6 +190,9 @@ func legacyLoad(v byte, node string, incarnation, seq uint64, l region.Load) []b
 	if v >= 4 {
 		w.uvarint(uint64(l.FreeCacheTokens))
 		w.uvarint(uint64(l.HitShare * hitShareScale))
+	}
+	if v >= 6 {
+		w.uvarint(uint64(sent.UnixMilli()))
 	}
 	return w.b
 }

@@ -17,7 +17,7 @@ func (m *Mesh) publishLoad() {
 	if !due {
 		return
 	}
-	msg := encodeLoad(loadMsg{Node: m.cfg.NodeID, Incarnation: m.cfg.Incarnation, Seq: seq, Load: l})
+	msg := encodeLoad(loadMsg{Node: m.cfg.NodeID, Incarnation: m.cfg.Incarnation, Seq: seq, Load: l, SentAt: time.Now()})
 	for _, n := range m.peerNodes() {
 		if err := m.ml.SendBestEffort(&n, msg); err == nil {
 			m.bytesSent.Add(int64(len(msg)))

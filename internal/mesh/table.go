@@ -31,7 +31,8 @@ type Table struct {
 	params     GateParams
 	maxDataAge time.Duration
 	nodes      map[string]*nodeState
-	links      map[string]*Gate // by peer region
+	links      map[string]*Gate      // by peer region
+	clocks     map[string]*clockLags // by peer region: its summaries' lags, for its clock offset
 	unions     map[string]*unionCache
 	probeAt    map[string]int // round-robin cursor per peer region
 	// version counts changes to what Peers reads; peers caches its answer.
@@ -89,7 +90,7 @@ type unionCache struct {
 // NewTable returns an empty table for a node of region self.
 func NewTable(self string, cp region.ControlPlane) *Table {
 	return &Table{self: self, params: GateParamsFrom(cp), maxDataAge: cp.MaxDataAge, nodes: map[string]*nodeState{},
-		links: map[string]*Gate{}, unions: map[string]*unionCache{}, probeAt: map[string]int{}, left: map[string]leftRegion{}}
+		links: map[string]*Gate{}, clocks: map[string]*clockLags{}, unions: map[string]*unionCache{}, probeAt: map[string]int{}, left: map[string]leftRegion{}}
 }
 
 // SameRegion reports whether node is a live member of the table's own
@@ -318,6 +319,7 @@ func (t *Table) refreshPeers(now time.Time) {
 		} else {
 			p.Gate = "no RTT samples yet"
 		}
+		p.ClockOffset, _ = t.clocks[name].offset(p.RTT)
 		p.Digest = t.union(name, fresh)
 		c.peers = append(c.peers, p)
 		c.newest = append(c.newest, newest)

@@ -200,3 +200,36 @@ func TestARestartedNodeIsHeardAtOnce(t *testing.T) {
 		t.Error("after the held summary went stale, a restart with a lower incarnation (clock stepped back) is still ignored")
 	}
 }
+
+// TestAPeersClockOffsetIsMeasuredFromItsSummaries: a region whose clock
+// runs 30 s ahead sends summaries that cross a 72 ms link (36 ms one way)
+// and wait up to half a second more in the gossip queue; the least lag of
+// recent ones gives its offset to within the queueing that never let up.
+func TestAPeersClockOffsetIsMeasuredFromItsSummaries(t *testing.T) {
+	tb := NewTable("us-east", region.DefaultControlPlane())
+	tb.Join("eu-1", Meta{Region: "eu-west"})
+	now := time.Unix(1_790_000_000, 0)
+	for range 5 {
+		tb.ObserveProbe("eu-west", 72*time.Millisecond, true, now)
+	}
+	if p := tb.Peers(now)[0]; p.ClockOffset != 0 {
+		t.Fatalf("offset %v before any summary, want 0", p.ClockOffset)
+	}
+	const ahead = 30 * time.Second
+	rng := rand.New(rand.NewPCG(1, 2))
+	for seq := range uint64(40) {
+		sent := now.Add(ahead) // by eu-west's clock
+		queued := time.Duration(rng.Int64N(int64(500 * time.Millisecond)))
+		if seq%8 == 3 {
+			queued = time.Duration(rng.Int64N(int64(5 * time.Millisecond))) // now and then one goes at once
+		}
+		now = now.Add(36*time.Millisecond + queued)
+		tb.ObserveLoad("eu-1", 1, seq+1, region.Load{}, now)
+		tb.ObserveClock("eu-1", sent, now)
+		now = now.Add(250 * time.Millisecond)
+	}
+	got := tb.Peers(now)[0].ClockOffset
+	if d := got - ahead; d < -10*time.Millisecond || d > 10*time.Millisecond {
+		t.Errorf("measured offset %v, want %v within 10 ms", got, ahead)
+	}
+}

@@ -182,17 +182,7 @@ func TestAReplayedMarkerIsRefusedAndLoggedOnce(t *testing.T) {
 	p := startSoloWith(t, []string{backend.URL}, nil, Options{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &logs}, nil))})
 	body := `{"messages":[{"role":"user","content":"forwarded"}]}`
 	marker := SignMarker(p.srv, "us-east", "us-east-7", []byte(body))
-	send := func(body string) int {
-		req, _ := http.NewRequest("POST", "http://"+p.addr+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set(ForwardHeader, marker)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
-	}
+	send := func(body string) int { return postChat(t, p.addr, body, map[string]string{ForwardHeader: marker}) }
 	if s := send(body); s != 200 {
 		t.Fatalf("the first use of a marker: status %d, want 200", s)
 	}
@@ -206,6 +196,23 @@ func TestAReplayedMarkerIsRefusedAndLoggedOnce(t *testing.T) {
 	if n := strings.Count(logs.String(), "forwarding marker refused"); n != 1 {
 		t.Errorf("%d log lines for four refusals from one source, want 1:\n%s", n, logs.String())
 	}
+}
+
+// postChat posts body to the proxy at addr's chat endpoint with header
+// and returns the status.
+func postChat(t *testing.T, addr, body string, header map[string]string) int {
+	t.Helper()
+	req, _ := http.NewRequest("POST", "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 type lockedWriter struct {
@@ -345,23 +352,38 @@ func TestAForwardKeepsTheClassItsOriginAdmitted(t *testing.T) {
 	p := startSolo(t, []string{backend.URL}, nil) // defaults: standard at most, priority 0 only
 	body := `{"priority":5,"messages":[{"role":"user","content":"urgent"}]}`
 	send := func(marker string) int {
-		req, _ := http.NewRequest("POST", "http://"+p.addr+"/v1/chat/completions", strings.NewReader(body))
-		req.Header.Set(PriorityHeader, "critical")
+		h := map[string]string{PriorityHeader: "critical"}
 		if marker != "" {
-			req.Header.Set(ForwardHeader, marker)
+			h[ForwardHeader] = marker
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp.StatusCode
+		return postChat(t, p.addr, body, h)
 	}
 	if s := send(SignMarker(p.srv, "us-east", "us-east-critical", []byte(body))); s != 200 {
 		t.Errorf("a peer's critical request with priority 5: status %d, want 200", s)
 	}
 	if s := send(""); s != 400 {
 		t.Errorf("a client's own critical request with priority 5: status %d, want 400", s)
+	}
+}
+
+// A forward from a region whose clock runs 30 s ahead is refused while
+// the offset is unknown, and taken once the mesh has measured it: the
+// marker's time is read through the origin's clock.
+func TestAMarkerIsReadThroughItsOriginsClock(t *testing.T) {
+	const ahead = 30 * time.Second
+	backend, _ := countingBackend(t)
+	body := `{"messages":[{"role":"user","content":"from a skewed clock"}]}`
+	send := func(p solo, id string) int {
+		marker := p.srv.markers.sign(forward{Origin: "us-east", Dest: p.srv.cfg.Region, DestProxy: p.srv.cfg.AdvertiseURL, ID: id}, []byte(body), time.Now().Add(ahead))
+		return postChat(t, p.addr, body, map[string]string{ForwardHeader: marker})
+	}
+	unmeasured := startSolo(t, []string{backend.URL}, nil)
+	if s := send(unmeasured, "skewed-1"); s != 403 {
+		t.Errorf("a marker 30 s ahead with no measured offset: status %d, want 403", s)
+	}
+	measured := startSoloWith(t, []string{backend.URL}, nil, Options{Peers: staticPeers{{Region: "us-east", Healthy: true, Nodes: 1, ClockOffset: ahead}}})
+	measured.srv.router.Pump()
+	if s := send(measured, "skewed-2"); s != 200 {
+		t.Errorf("a marker 30 s ahead from a region measured 30 s ahead: status %d, want 200", s)
 	}
 }

@@ -22,8 +22,10 @@ import (
 const ForwardHeader = "X-SkyWalker-Forwarded"
 
 // MaxMarkerSkew bounds how old (or how far in the future) a marker may be:
-// seconds, not minutes, so a captured marker is soon worthless. The
-// regions' clocks must agree within it (NTP does far better).
+// seconds, not minutes, so a captured marker is soon worthless. Its time is
+// the origin's clock, read through the offset the mesh measured between
+// the origin's clock and ours (mesh.Table.ObserveClock), so regions whose
+// clocks disagree by more than this still forward to each other.
 const MaxMarkerSkew = 10 * time.Second
 
 // markers signs and verifies forwarding markers. Keys derive from the
@@ -43,8 +45,10 @@ const MaxMarkerSkew = 10 * time.Second
 // (whose replay cache is its own).
 type markers struct {
 	keys [][]byte
-	mu   sync.Mutex
-	seen map[string]time.Time // origin and id of accepted markers → their time
+	// clockOffset is an origin region's clock less ours (nil: zero).
+	clockOffset func(origin string) time.Duration
+	mu          sync.Mutex
+	seen        map[string]time.Time // origin and id of accepted markers → their time
 	// sweepAt is when seen is next pruned of entries past the window.
 	sweepAt time.Time
 }
@@ -144,8 +148,12 @@ func (m *markers) verify(marker, dest, destProxy string, body []byte, now time.T
 		}
 		f.DestProxy = string(proxy)
 	}
-	if d := now.Sub(time.UnixMilli(ts)); d > MaxMarkerSkew || d < -MaxMarkerSkew {
-		return forward{}, fmt.Errorf("%w: timestamp outside ±%v", errBadMarker, MaxMarkerSkew)
+	originNow := now
+	if m.clockOffset != nil {
+		originNow = now.Add(m.clockOffset(f.Origin))
+	}
+	if d := originNow.Sub(time.UnixMilli(ts)); d > MaxMarkerSkew || d < -MaxMarkerSkew {
+		return forward{}, fmt.Errorf("%w: timestamp outside ±%v of %s's clock (measured %v from ours)", errBadMarker, MaxMarkerSkew, f.Origin, originNow.Sub(now))
 	}
 	got, err := hex.DecodeString(parts[len(parts)-1])
 	if err != nil {

@@ -186,6 +186,19 @@ func (r *Router) End(ctx context.Context, a *region.Attempt, how region.Outcome)
 	})
 }
 
+// clockOffset is peer region's wall clock less ours as the mesh measured
+// it from its load summaries (zero if unknown).
+func (r *Router) clockOffset(peer string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.core.Peers() {
+		if p.Region == peer {
+			return p.ClockOffset
+		}
+	}
+	return 0
+}
+
 // firstByteWait is an attempt at a replica waiting for its first byte.
 type firstByteWait struct{ cancel context.CancelCauseFunc }
 

@@ -108,6 +108,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	markers.clockOffset = s.router.clockOffset
 	s.maxClass, _ = request.ParseClass(cfg.PriorityClassMax) // validated above
 	s.expiring, s.expire = context.WithCancel(context.Background())
 	s.relay = newRelay(s, transport)

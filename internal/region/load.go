@@ -123,6 +123,10 @@ type Peer struct {
 	// the most, hit share as the mean.
 	Load   Load
 	Digest *digest.Digest // union of the fresh nodes' digests; nil if none
+	// ClockOffset is the region's wall clock less this node's, measured
+	// from its load summaries (zero before any): how its forwarding
+	// markers' times are read.
+	ClockOffset time.Duration
 }
 
 // Policy converts the peer to the routing view's form (the prefix match is
