@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"skywalker/internal/policy"
@@ -79,6 +81,10 @@ type Result struct {
 	// aggregated ideal.
 	Reach      string   `json:"reach"`
 	OutOfReach []string `json:"links_out_of_reach,omitempty"`
+	// HeldBy names what keeps PlannedReplicas above AggregatedReplicas
+	// (residency, reach, or whole replicas), with what lifting each
+	// would plan; empty when the plan pools fully.
+	HeldBy []string `json:"held_by,omitempty"`
 }
 
 // reach describes the link rule in force.
@@ -176,30 +182,18 @@ func Solve(in Input) (*Result, error) {
 		res.Savings = 1 - float64(res.AggregatedReplicas)/float64(res.IsolatedReplicas)
 	}
 
-	// Stage 1: the least total reservation that serves every hour.
-	minTotal, _, _, err := solveLP(in, -1, nil)
+	placement, x, err := in.place(res.AggregatedReplicas)
 	if err != nil {
-		return nil, fmt.Errorf("plan: minimum reservation: %w", err)
+		return nil, err
 	}
-	total := max(replicasFor(minTotal*in.Capacity, in.Capacity), res.AggregatedReplicas)
-	// Stage 2: at that total, the placement with the least RTT-weighted
-	// cross-region traffic; round it to whole replicas that still serve
-	// every hour, adding replicas where they are missing.
-	_, x, _, err := solveLP(in, float64(total), nil)
-	if err != nil {
-		return nil, fmt.Errorf("plan: placement: %w", err)
-	}
-	placement := roundPlacement(x, total)
-	isolated := make([]int, len(in.Regions))
-	for i, r := range in.Regions {
-		isolated[i] = res.IsolatedByRegion[r.Name]
-	}
-	for !feasible(in, placement) {
-		placement[nextReplica(in, x, placement, isolated)]++
-	}
-	total = 0
+	total := 0
 	for _, n := range placement {
 		total += n
+	}
+	if total > res.AggregatedReplicas {
+		if res.HeldBy, err = in.heldBy(total); err != nil {
+			return nil, err
+		}
 	}
 	// The flows the whole-replica placement implies.
 	_, _, flows, err := solveLP(in, float64(total), placement)
@@ -233,6 +227,96 @@ func Solve(in Input) (*Result, error) {
 	})
 	res.CrossRegionTraffic = math.Round(res.CrossRegionTraffic*1000) / 1000
 	return res, nil
+}
+
+// place plans whole replicas, at least floor of them: stage 1 finds the
+// least total reservation that serves every hour; stage 2, at that total,
+// the placement with the least RTT-weighted cross-region traffic (x,
+// fractional), rounded to whole replicas that still serve every hour,
+// adding replicas where they are missing.
+func (in *Input) place(floor int) (placement []int, x []float64, err error) {
+	minTotal, _, _, err := solveLP(*in, -1, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("plan: minimum reservation: %w", err)
+	}
+	total := max(replicasFor(minTotal*in.Capacity, in.Capacity), floor)
+	if _, x, _, err = solveLP(*in, float64(total), nil); err != nil {
+		return nil, nil, fmt.Errorf("plan: placement: %w", err)
+	}
+	placement = roundPlacement(x, total)
+	isolated := make([]int, len(in.Regions))
+	for i, r := range in.Regions {
+		peak := 0.0
+		for _, d := range r.Demand {
+			peak = math.Max(peak, d)
+		}
+		isolated[i] = replicasFor(peak, in.Capacity)
+	}
+	for !feasible(*in, placement) {
+		placement[nextReplica(*in, x, placement, isolated)]++
+	}
+	return placement, x, nil
+}
+
+// heldBy says what keeps a plan of total replicas above the aggregated
+// ideal: each constraint that, lifted alone, lets the plan take fewer —
+// the residency-bound demand (served only in its own jurisdiction), and
+// the links out of reach — else whole replicas (the fractional optimum
+// pools, but no rounding of it to whole replicas per region serves every
+// hour with fewer).
+func (in *Input) heldBy(total int) ([]string, error) {
+	var why []string
+	relaxed := func(change func(*Input)) (int, error) {
+		r := *in
+		r.Regions = slices.Clone(in.Regions)
+		change(&r)
+		placement, _, err := r.place(0)
+		n := 0
+		for _, k := range placement {
+			n += k
+		}
+		return n, err
+	}
+	var resident []string
+	for _, r := range in.Regions {
+		if r.ResidencyShare > 0 {
+			resident = append(resident, fmt.Sprintf("%s %.0f%%", r.Name, 100*r.ResidencyShare))
+		}
+	}
+	if len(resident) > 0 {
+		n, err := relaxed(func(r *Input) {
+			for i := range r.Regions {
+				r.Regions[i].ResidencyShare = 0
+			}
+		})
+		if err != nil {
+			return nil, err
+		}
+		if n < total {
+			why = append(why, fmt.Sprintf("residency: demand only its own jurisdiction may serve (%s) needs replicas there; without it %d", strings.Join(resident, ", "), n))
+		}
+	}
+	out := 0
+	for i := range in.Regions {
+		for j := i + 1; j < len(in.Regions); j++ {
+			if !in.canShare(i, j, false) {
+				out++
+			}
+		}
+	}
+	if out > 0 {
+		n, err := relaxed(func(r *Input) { r.Objective, r.MaxWANRTT = 0, math.MaxInt64 })
+		if err != nil {
+			return nil, err
+		}
+		if n < total {
+			why = append(why, fmt.Sprintf("reach: %d links out of reach; with every link in reach %d", out, n))
+		}
+	}
+	if len(why) == 0 {
+		why = append(why, "whole replicas: the fractional optimum pools, but no whole number per region serves every hour with fewer")
+	}
+	return why, nil
 }
 
 // replicasFor is the whole replicas that carry demand (with a tolerance

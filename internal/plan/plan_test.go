@@ -2,6 +2,7 @@ package plan
 
 import (
 	"math"
+	"strings"
 	"testing"
 	"time"
 )
@@ -187,5 +188,42 @@ func TestFractionalNeedsAreRoundedUpWhereTheyAre(t *testing.T) {
 	}
 	if res.PlannedReplicas != 3 {
 		t.Errorf("planned %d replicas (%v), want 3: one per region covers every hour at 1.2 rps and capacity 2", res.PlannedReplicas, res.Placement)
+	}
+}
+
+// TestAPlanSaysWhatKeptItFromPooling: two regions 12 h apart pool to the
+// aggregated ideal; when residency, or a link out of reach, keeps the plan
+// above it, the plan names that constraint and what lifting it would
+// plan; a plan that pools fully names nothing.
+func TestAPlanSaysWhatKeptItFromPooling(t *testing.T) {
+	apart := func() Input { return twoRegions(raised(1.5, 0.1, 2), raised(1.5, 0.1, 14)) }
+	tests := []struct {
+		name   string
+		change func(*Input)
+		want   string // a word of the first reason; "" for none
+	}{
+		{"pools fully", func(*Input) {}, ""},
+		{"residency in two jurisdictions", func(in *Input) {
+			in.Regions[1].Jurisdiction = "y"
+			in.Regions[0].ResidencyShare, in.Regions[1].ResidencyShare = 0.9, 0.9
+		}, "residency"},
+		{"a link out of reach", func(in *Input) { in.MaxWANRTT = 50 * time.Millisecond }, "reach"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			in := apart()
+			tc.change(&in)
+			res, err := Solve(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pooled := res.PlannedReplicas == res.AggregatedReplicas
+			switch {
+			case tc.want == "" && (!pooled || len(res.HeldBy) != 0):
+				t.Errorf("planned %d of aggregated %d, held by %q: want it pooled and nothing named", res.PlannedReplicas, res.AggregatedReplicas, res.HeldBy)
+			case tc.want != "" && (pooled || len(res.HeldBy) == 0 || !strings.HasPrefix(res.HeldBy[0], tc.want)):
+				t.Errorf("planned %d of aggregated %d, held by %q: want it above the ideal and %q named", res.PlannedReplicas, res.AggregatedReplicas, res.HeldBy, tc.want)
+			}
+		})
 	}
 }

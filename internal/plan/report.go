@@ -23,6 +23,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 		out = strings.Join(r.OutOfReach, ", ")
 	}
 	fmt.Fprintf(tw, "links out of reach\t%s\t(reach: %s)\n", out, r.Reach)
+	for i, why := range r.HeldBy {
+		label := ""
+		if i == 0 {
+			label = fmt.Sprintf("above the aggregated %d because", r.AggregatedReplicas)
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, why)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
