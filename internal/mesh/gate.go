@@ -55,9 +55,14 @@ func (g *Gate) Loss() float64 { return g.loss }
 func (g *Gate) Changes() int { return g.changes }
 
 // Observe folds in one probe: ok with its rtt, or a failure. The gate
-// closes at once on a breach (a sample or the smoothed RTT over the
-// threshold, or loss over its bound) and reopens only after p.Reopen good
-// samples in a row.
+// closes when the smoothed RTT passes the threshold, or the smoothed loss
+// its bound — never on one sample, which jitter around the threshold
+// would turn into flapping (a sustained jump from well under the
+// threshold to well over it closes the gate within three probes; a single
+// sample far over it, at once). A gate that closed reopens only after
+// p.Reopen good samples in a row with the smoothed RTT, and each sample,
+// GateMargin under the threshold; a gate never yet open opens at the
+// threshold itself.
 func (g *Gate) Observe(rtt time.Duration, ok bool, now time.Time, p GateParams) {
 	if ok {
 		if g.samples == 0 {
@@ -73,16 +78,10 @@ func (g *Gate) Observe(rtt time.Duration, ok bool, now time.Time, p GateParams) 
 	}
 	var breach string
 	switch {
-	case ok && rtt > p.MaxRTT:
-		breach = fmt.Sprintf("rtt sample %v over %v", rtt.Round(time.Millisecond), p.MaxRTT)
 	case g.samples > 0 && time.Duration(g.rtt) > p.MaxRTT:
 		breach = fmt.Sprintf("smoothed rtt %v over %v", time.Duration(g.rtt).Round(time.Millisecond), p.MaxRTT)
 	case g.loss > p.MaxLoss:
 		breach = fmt.Sprintf("loss %.0f%% over %.0f%%", 100*g.loss, 100*p.MaxLoss)
-	}
-	if !ok && breach == "" {
-		g.goodRun = 0 // a lone lost probe does not close the gate, but does not count toward reopening
-		return
 	}
 	if breach != "" {
 		g.goodRun = 0
@@ -93,12 +92,32 @@ func (g *Gate) Observe(rtt time.Duration, ok bool, now time.Time, p GateParams) 
 		g.reason = breach
 		return
 	}
-	g.goodRun++
-	if !g.open && g.goodRun >= p.Reopen {
+	if !ok {
+		g.goodRun = 0 // a lone lost probe does not close the gate, but does not count toward reopening
+		return
+	}
+	if g.open {
+		return
+	}
+	bar := p.MaxRTT
+	if g.changes > 0 { // it closed on a breach: hysteresis
+		bar = time.Duration(float64(p.MaxRTT) * (1 - GateMargin))
+	}
+	if rtt > bar || time.Duration(g.rtt) > bar {
+		g.goodRun = 0
+		g.reason = fmt.Sprintf("reopening: smoothed rtt %v, waiting for samples under %v", time.Duration(g.rtt).Round(time.Millisecond), bar.Round(time.Millisecond))
+		return
+	}
+	if g.goodRun++; g.goodRun >= p.Reopen {
 		g.open = true
 		g.changes++
 		g.reason = "ok"
-	} else if !g.open {
-		g.reason = fmt.Sprintf("reopening: %d of %d good samples", g.goodRun, p.Reopen)
+		return
 	}
+	g.reason = fmt.Sprintf("reopening: %d of %d good samples", g.goodRun, p.Reopen)
 }
+
+// GateMargin is how far under the threshold a closed gate's link must be
+// to reopen: jitter around the threshold then closes it once, not every
+// other probe.
+const GateMargin = 0.05

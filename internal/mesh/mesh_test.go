@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strings"
@@ -351,15 +352,16 @@ func TestGateHysteresis(t *testing.T) {
 		{70 * time.Millisecond, true, false},
 		{70 * time.Millisecond, true, true},   // three good: open
 		{0, false, true},                      // one lost probe: loss 30%, under the 50% bound: still open
-		{200 * time.Millisecond, true, false}, // a breach closes at once
+		{200 * time.Millisecond, true, true},  // one sample over does not close it (smoothed 109 ms)
+		{200 * time.Millisecond, true, false}, // two do: smoothed 136 ms, over 120
+		{70 * time.Millisecond, true, false},  // smoothed 117 ms, not yet 5% under: no good sample
 		{70 * time.Millisecond, true, false},  // hysteresis: one good sample is not enough
 		{70 * time.Millisecond, true, false},
-		{70 * time.Millisecond, true, true}, // the third good sample in a row reopens
-		{100 * time.Millisecond, true, true},
-		{400 * time.Millisecond, true, false}, // smoothed RTT now above the threshold too
+		{70 * time.Millisecond, true, true},    // the third good sample in a row reopens
+		{1000 * time.Millisecond, true, false}, // one sample far over: smoothed 360 ms, closed at once
 		{70 * time.Millisecond, true, false},
 		{70 * time.Millisecond, true, false},
-		{70 * time.Millisecond, true, false}, // good samples, but the average is still over 120 ms
+		{70 * time.Millisecond, true, false}, // good samples, but the average is still over 114 ms
 	}
 	for i, s := range steps {
 		l.Observe(s.rtt, s.ok, now, p)
@@ -379,6 +381,52 @@ func TestGateHysteresis(t *testing.T) {
 	if l.Open() || !strings.Contains(l.Reason(), "loss") {
 		t.Errorf("after repeated loss: open=%v reason=%q, want closed for loss", l.Open(), l.Reason())
 	}
+}
+
+// TestAGateDoesNotFlapOnJitter: with the default smoothing, RTT samples
+// jittering between 190 and 215 ms around a 200 ms threshold close the
+// gate at most once in 100 probes; a 180 ms link whose samples spike over
+// the threshold now and then never closes; a real jump to 300 ms closes an
+// open gate within three probes.
+func TestAGateDoesNotFlapOnJitter(t *testing.T) {
+	cp := region.DefaultControlPlane()
+	cp.MaxWANRTT = 200 * time.Millisecond
+	p := GateParamsFrom(cp)
+	rng := rand.New(rand.NewPCG(7, 11))
+	now := time.Now()
+	for seed := range 20 {
+		g := NewGate()
+		for range 100 {
+			g.Observe(190*time.Millisecond+time.Duration(rng.Int64N(int64(25*time.Millisecond))), true, now, p)
+		}
+		if closes := g.Changes() - 1; closes > 1 { // the first change is the opening
+			t.Errorf("run %d: jitter around the threshold closed the gate %d times in 100 probes", seed, closes)
+		}
+	}
+	// A 180 ms link (the demo's) whose samples now and then spike to
+	// 215 ms, as a busy host's scheduling makes them, stays open.
+	spiky := NewGate()
+	for i := range 100 {
+		rtt := 180*time.Millisecond + time.Duration(rng.Int64N(int64(10*time.Millisecond)))
+		if i%10 == 9 {
+			rtt = 215 * time.Millisecond
+		}
+		spiky.Observe(rtt, true, now, p)
+	}
+	if !spiky.Open() || spiky.Changes() != 1 {
+		t.Errorf("a 180 ms link with a spike in ten: open %v after %d changes (%s), want opened once and never closed", spiky.Open(), spiky.Changes(), spiky.Reason())
+	}
+	g := NewGate()
+	for !g.Open() {
+		g.Observe(150*time.Millisecond, true, now, p)
+	}
+	for i := 1; i <= 3; i++ {
+		g.Observe(300*time.Millisecond, true, now, p)
+		if !g.Open() {
+			return
+		}
+	}
+	t.Errorf("a jump from 150 to 300 ms left the gate open after three probes (smoothed %v)", g.RTT())
 }
 
 // TestATightGossipBudgetCoalescesDigestChanges: a node whose digest grows
