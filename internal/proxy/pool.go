@@ -204,8 +204,10 @@ func (p *poolLoops) scraped(rp *replica, at time.Time, status int, err error, kn
 		if !st.warned {
 			st.warned = true
 			p.log.Warn("replica exposes no vLLM or SGLang metrics at /metrics; balancing it on SkyWalker's in-flight counts "+
-				"and the concurrency it learns from first-token times (set max_in_flight to cap it); re-checking ever less often",
-				"replica", rp.name(), "status", status, "recheck_max", maxScrapeBackoff.String())
+				"and the concurrency it learns from first-token times (starting low, lowered while first tokens come late); "+
+				"the settings that matter: SKYWALKER_MAX_IN_FLIGHT caps that concurrency, SKYWALKER_PROFILE (or SKYWALKER_FIRST_BYTE_TIMEOUT) "+
+				"must fit an engine slower than the profile, whose estimate sets the first-byte timeout; re-checking ever less often",
+				"replica", rp.name(), "status", status, "profile", p.cfg.Profile, "recheck_max", maxScrapeBackoff.String())
 		}
 		st.backoff = min(max(2*st.backoff, 2*p.cp.ScrapeInterval), maxScrapeBackoff)
 		st.next = at.Add(st.backoff)

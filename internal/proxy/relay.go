@@ -93,6 +93,18 @@ func (x *exchange) firstByteTimeout(o routed) time.Duration {
 	return d
 }
 
+// noFirstByte says that an attempt had no first byte within timeout, how
+// the timeout was set, and which setting to change for an engine slower
+// than that.
+func (x *exchange) noFirstByte(o routed, timeout time.Duration) error {
+	how := "first_byte_timeout (SKYWALKER_FIRST_BYTE_TIMEOUT)"
+	if x.s.cfg.FirstByteTimeout <= 0 {
+		how = fmt.Sprintf("%d× the TTFT estimate of %v, at least %v; an engine slower than its profile (%s) needs SKYWALKER_FIRST_BYTE_TIMEOUT or the right SKYWALKER_PROFILE",
+			FirstByteFactor, o.Decision.Estimate.Round(time.Millisecond), MinFirstByteTimeout, x.s.cfg.Profile)
+	}
+	return fmt.Errorf("no first byte within %v (%s)", timeout.Round(time.Millisecond), how)
+}
+
 // The derived first-byte timeout: generous against the estimate (which is
 // often wrong by 2×), and never short enough to cut a cold replica.
 const (
@@ -201,7 +213,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		how := region.ReplicaFailed
 		switch {
 		case cause == errNoFirstByte:
-			sendErr = fmt.Errorf("no first byte within %v", timeout)
+			sendErr = x.noFirstByte(o, timeout)
 			x.s.metrics.upstreamTimeouts.WithLabelValues("first_byte").Inc()
 		case cause == errReplicaEjected:
 			sendErr = cause

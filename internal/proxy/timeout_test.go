@@ -308,3 +308,38 @@ func TestRequestsWaitingAtAnEjectedReplicaGoElsewhere(t *testing.T) {
 		t.Errorf("how the requests ended: %v; want all 6 served within the client's minute", statuses)
 	}
 }
+
+// TestATimeoutSaysWhichSettingToChange: a request that ends because its
+// replica sent no first byte in time tells the client the time waited,
+// how the timeout was set, and the setting for an engine slower than that.
+func TestATimeoutSaysWhichSettingToChange(t *testing.T) {
+	tests := []struct {
+		name       string
+		configured time.Duration
+		want       []string
+	}{
+		{"derived from the estimate", 0, []string{"no first byte within 5s", "the TTFT estimate", "SKYWALKER_FIRST_BYTE_TIMEOUT", "SKYWALKER_PROFILE"}},
+		{"configured", 300 * time.Millisecond, []string{"no first byte within 300ms", "first_byte_timeout (SKYWALKER_FIRST_BYTE_TIMEOUT)"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			hung, _ := hungBackend(t)
+			p := startSolo(t, []string{hung.URL}, func(c *Config) { c.FirstByteTimeout, c.Retries = tc.configured, 0 })
+			resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+p.addr+"/v1/chat/completions", "application/json",
+				strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"hello"}]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway {
+				t.Fatalf("status %d %s, want 502", resp.StatusCode, body)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(string(body), w) {
+					t.Errorf("the answer %s does not say %q", body, w)
+				}
+			}
+		})
+	}
+}
