@@ -91,7 +91,7 @@ func TestSimWritesAnOutputDirectory(t *testing.T) {
 	if _, err := run(t, "sim", "--scenario", "quickstart", "--policies", "skywalker,local", "--sweep", "rate=0.5:1:2", "--out", dir, "--quiet"); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"results.json", "report.md", "cache_hit_rate.svg", "queue_skywalker.svg", "utilization_local.svg", "ttft_vs_load.svg"} {
+	for _, name := range []string{"results.json", "report.md", "cache_hit_rate.svg", "queue_skywalker.svg", "token_budget_local.svg", "ttft_vs_load.svg"} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil || len(b) == 0 {
 			t.Errorf("%s: %v", name, err)

@@ -57,7 +57,7 @@ func TestEveryFigureFitsItsCanvas(t *testing.T) {
 			checkFigure(t, p)
 		}
 	}
-	for _, want := range []string{"cache_hit_rate.svg", "queue_skywalker.svg", "utilization_skywalker.svg", "ttft_vs_load.svg", "plan.svg", "paper-l4_slo_vs_load.svg", "paper-l4_p99_vs_size.svg"} {
+	for _, want := range []string{"cache_hit_rate.svg", "queue_skywalker.svg", "token_budget_skywalker.svg", "ttft_vs_load.svg", "plan.svg", "paper-l4_slo_vs_load.svg", "paper-l4_p99_vs_size.svg"} {
 		found := false
 		for _, f := range figures {
 			found = found || filepath.Base(f) == want || strings.HasSuffix(f, want)

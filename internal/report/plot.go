@@ -26,7 +26,7 @@ type SweepPoint struct {
 const plotW, plotH = 16 * vg.Centimeter, 10 * vg.Centimeter
 
 // Plots writes the SVG plots for a run into dir and returns their paths:
-// cache hit rate per policy, per-region queue and utilization over time
+// cache hit rate per policy, per-region queue and token budget used over time
 // for skywalker and local, and TTFT against offered load when a sweep is
 // given.
 func Plots(dir string, rep *results.Report, sweep []SweepPoint) ([]string, error) {
@@ -56,11 +56,11 @@ func Plots(dir string, rep *results.Report, sweep []SweepPoint) ([]string, error
 		if err := save(q, "queue_"+name+".svg"); err != nil {
 			return nil, err
 		}
-		u, err := seriesPlot(r, "utilization")
+		u, err := seriesPlot(r, "token budget")
 		if err != nil {
 			return nil, err
 		}
-		if err := save(u, "utilization_"+name+".svg"); err != nil {
+		if err := save(u, "token_budget_"+name+".svg"); err != nil {
 			return nil, err
 		}
 	}
@@ -102,8 +102,11 @@ func cacheHitPlot(rep *results.Report) (*plot.Plot, error) {
 	return p, nil
 }
 
-// seriesPlot draws one line per region: its balancer queue, or its
-// replicas' utilization, per time bucket.
+// seriesPlot draws one line per region: its balancer queue, or the share
+// of its replicas' step token budget used, per time bucket (not the
+// tables' utilization, which is the share of time the replicas were
+// busy: a replica stepping small batches is busy yet uses little of its
+// budget).
 func seriesPlot(r *results.Result, what string) (*plot.Plot, error) {
 	s := r.Series
 	p := plot.New()
@@ -112,8 +115,8 @@ func seriesPlot(r *results.Result, what string) (*plot.Plot, error) {
 		p.Title.Text = "Balancer queue per region (" + r.Policy + ")"
 		p.Y.Label.Text = "held requests"
 	} else {
-		p.Title.Text = "Replica utilization per region (" + r.Policy + ")"
-		p.Y.Label.Text = "share of the token budget used"
+		p.Title.Text = "Step token budget used per region (" + r.Policy + ")"
+		p.Y.Label.Text = "share of the replicas' token budget"
 		p.Y.Min, p.Y.Max = 0, 1
 	}
 	names := sortedRegions(r)

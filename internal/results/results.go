@@ -46,6 +46,8 @@ type Result struct {
 	PrefixPrecision float64 `json:"prefix_precision,omitempty"`
 	CrossRegion     float64 `json:"cross_region_share"` // completed requests served outside their ingress region
 
+	// Utilization is, per region, the share of time its replicas were
+	// busy (stepping), whatever the size of their batches.
 	Utilization map[string]float64     `json:"utilization,omitempty"`
 	Regions     map[string]RegionStats `json:"regions"`
 
