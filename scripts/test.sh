@@ -6,8 +6,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step says what it does and how long it took: on a fresh machine the
+# first steps download the modules and compile everything (minutes with
+# no other output), and go test prints each package as it finishes.
+began=$SECONDS
+step() { printf '==> %s (at %ds)\n' "$1" $((SECONDS - began)) >&2; }
+
 STATICCHECK_VERSION=v0.8.2
 
+step "gofmt"
 unformatted=$(find . -name '*.go' -not -path './.git/*' -print0 | xargs -0 gofmt -l)
 if [ -n "$unformatted" ]; then
   echo "gofmt: these files need formatting:" >&2
@@ -15,6 +22,7 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 
+step "go vet (on a fresh machine: downloads the modules and compiles everything, a few minutes)"
 go vet ./...
 
 staticcheck="$(go env GOPATH)/bin/staticcheck"
@@ -22,12 +30,18 @@ if ! "$staticcheck" -version 2>/dev/null | grep -q "${STATICCHECK_VERSION#v}"; t
   echo "installing staticcheck $STATICCHECK_VERSION ..." >&2
   go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
 fi
+step "staticcheck"
 "$staticcheck" ./...
 
+step "go test -race ./... (each package is printed as it finishes; the proxy's and the CLI's take the longest)"
 go test -race -count=1 ./...
 
 # The Helm chart's tests are a module of their own, so that Helm and the
 # Kubernetes API types stay out of the product's build.
+step "the Helm chart's tests"
 (cd deploy/helm && go vet ./... && "$staticcheck" ./... && go test -count=1 ./...)
 
+step "the quickstart simulation"
 go run ./cmd/skywalker sim --scenario quickstart --quiet
+step "all passed"
+

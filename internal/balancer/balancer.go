@@ -329,13 +329,23 @@ func (b *Balancer) admit(req *request.Request, v *policy.View, d *policy.Decisio
 		bias = 1
 	}
 	est := time.Duration(float64(d.Estimate) * bias)
-	if est <= obj {
+	// Before engines that report nothing have given a first token the
+	// estimate is the profile's guess: the region may hold a request per
+	// healthy replica (the next to start), no more, until they have shown
+	// their speed.
+	unmeasured := v.Local.Unmeasured && len(b.queue) >= healthyReplicas(v)
+	if est <= obj && !unmeasured {
 		return nil
 	}
 	if d.Action != policy.Forward && d.HasFallback && time.Duration(float64(d.FallbackEstimate)*bias) <= obj {
 		*d = policy.Decision{Action: policy.Forward, Peer: d.FallbackPeer, Region: v.Peers[d.FallbackPeer].Name,
 			Reason: policy.ReasonOverload, Estimate: d.FallbackEstimate}
 		return nil
+	}
+	if unmeasured {
+		return &apierr.Error{Code: apierr.Overloaded, RetryAfter: b.cfg.RetryAfter,
+			Message: fmt.Sprintf("every replica is busy and none has given a first token yet, so the wait cannot be estimated; the queue already holds one request per healthy replica (%d); retry shortly or ask to wait (X-SkyWalker-Wait: true)",
+				healthyReplicas(v))}
 	}
 	return &apierr.Error{Code: apierr.Overloaded, RetryAfter: max(est-obj, time.Second),
 		Message: fmt.Sprintf("no region can start the request within its %v TTFT objective (estimated %v); retry later or ask to wait (X-SkyWalker-Wait: true)",
@@ -558,6 +568,17 @@ func (b *Balancer) remove(i int, served bool) {
 		delete(b.flows, f.key) // idle and caught up: forget it
 		b.classFlows[c]--
 	}
+}
+
+// healthyReplicas counts the local replicas in service.
+func healthyReplicas(v *policy.View) int {
+	n := 0
+	for _, r := range v.Local.Replicas {
+		if r.Healthy {
+			n++
+		}
+	}
+	return n
 }
 
 // anyoneCanServe reports whether a local replica is healthy (busy or not)

@@ -24,6 +24,15 @@ func (p PrefillProfile) Time(n int) time.Duration {
 	return max(p.Fixed, time.Duration(n)*p.PerToken+time.Duration(float64(n)*float64(n)*p.PerTokenSquared))
 }
 
+// Scaled is the profile with every term multiplied by s: the profile of
+// an engine s times slower (s > 1) or faster.
+func (p PrefillProfile) Scaled(s float64) PrefillProfile {
+	if s == 1 {
+		return p
+	}
+	return PrefillProfile{Fixed: time.Duration(float64(p.Fixed) * s), PerToken: time.Duration(float64(p.PerToken) * s), PerTokenSquared: p.PerTokenSquared * s}
+}
+
 // EWMA is an exponentially weighted moving average of durations, the
 // estimator behind queue-wait predictions. The zero value is unusable; use
 // NewEWMA. Not safe for concurrent use.

@@ -119,6 +119,12 @@ type LocalRegion struct {
 	// cache in the region (0 when unknown): how likely a cached token is
 	// to be asked for again, the worth of what a cold prompt evicts.
 	HitShare float64
+	// Unmeasured: the region's estimates rest on the profile alone — it
+	// has seen no first token, and some replica's engine reports no
+	// metrics (nothing says it is the hardware the profile names).
+	// Admission then holds at most one request per healthy replica (see
+	// balancer.Config.Objectives).
+	Unmeasured bool
 }
 
 // Replica is one local inference server.

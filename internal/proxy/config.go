@@ -113,8 +113,9 @@ type Config struct {
 	// FirstByteTimeout bounds an attempt's wait for its first byte; past
 	// it the target is counted failed (ejected by the passive rule) and
 	// the request retried elsewhere (SKYWALKER_FIRST_BYTE_TIMEOUT; default
-	// 0: 4× the policy's TTFT estimate, at least 5 s, plus 100 ms per
-	// output token for a response that is not streamed). StallTimeout
+	// 0: learned per replica from its first tokens,
+	// region.Attempt.FirstTokenTimeout, plus 100 ms per output token for
+	// a response that is not streamed). StallTimeout
 	// ends a stream that sent nothing for that long
 	// (SKYWALKER_STALL_TIMEOUT; default 30 s).
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`

@@ -205,8 +205,9 @@ func (p *poolLoops) scraped(rp *replica, at time.Time, status int, err error, kn
 			st.warned = true
 			p.log.Warn("replica exposes no vLLM or SGLang metrics at /metrics; balancing it on SkyWalker's in-flight counts "+
 				"and the concurrency it learns from first-token times (starting low, lowered while first tokens come late); "+
-				"the settings that matter: SKYWALKER_MAX_IN_FLIGHT caps that concurrency, SKYWALKER_PROFILE (or SKYWALKER_FIRST_BYTE_TIMEOUT) "+
-				"must fit an engine slower than the profile, whose estimate sets the first-byte timeout; re-checking ever less often",
+				"its speed against the profile is learned from the same first tokens and sets the first-byte timeout (60 s until the first one) "+
+				"and admission; the settings that matter: SKYWALKER_MAX_IN_FLIGHT caps that concurrency, SKYWALKER_TTFT_SLO is what admission "+
+				"promises, SKYWALKER_FIRST_BYTE_TIMEOUT replaces the learned timeout; re-checking ever less often",
 				"replica", rp.name(), "status", status, "profile", p.cfg.Profile, "recheck_max", maxScrapeBackoff.String())
 		}
 		st.backoff = min(max(2*st.backoff, 2*p.cp.ScrapeInterval), maxScrapeBackoff)

@@ -73,15 +73,15 @@ var (
 )
 
 // firstByteTimeout is how long an attempt may wait for its first byte:
-// FirstByteTimeout when configured, else FirstByteFactor times the
-// policy's TTFT estimate, at least MinFirstByteTimeout. A response that is
-// not streamed comes whole at the end, so it is also allowed its output at
-// a slow 10 tokens per second (max_tokens, or 2,048 if the client set none).
-func (x *exchange) firstByteTimeout(o routed) time.Duration {
-	cfg := x.s.cfg
-	d := cfg.FirstByteTimeout
+// FirstByteTimeout when configured, else what the core learned the
+// target takes (region.Attempt.FirstTokenTimeout, learned). A response
+// that is not streamed comes whole at the end, so it is also allowed its
+// output at a slow 10 tokens per second (max_tokens, or 2,048 if the
+// client set none).
+func (x *exchange) firstByteTimeout(learned time.Duration) time.Duration {
+	d := x.s.cfg.FirstByteTimeout
 	if d <= 0 {
-		d = max(MinFirstByteTimeout, time.Duration(FirstByteFactor*float64(o.Decision.Estimate)))
+		d = learned
 	}
 	if !x.req.Stream {
 		tokens := x.req.MaxTokens
@@ -93,24 +93,68 @@ func (x *exchange) firstByteTimeout(o routed) time.Duration {
 	return d
 }
 
+// firstByteRecheck is how often a waiting attempt's learned timeout is
+// read again: it shrinks when the region learns, while the attempt
+// waits, how long its replicas really take.
+const firstByteRecheck = time.Second
+
+// firstByteTimer cancels an attempt whose first byte is overdue.
+type firstByteTimer struct {
+	mu      sync.Mutex
+	t       *time.Timer
+	stopped bool
+	limit   time.Duration // the timeout as last read
+}
+
+// watchFirstByte starts the timer of attempt o, sent now: it cancels the
+// attempt with errNoFirstByte once its timeout has passed, reading the
+// timeout again every firstByteRecheck.
+func (x *exchange) watchFirstByte(o routed, cancel context.CancelCauseFunc) *firstByteTimer {
+	ft := &firstByteTimer{}
+	sent := time.Now()
+	var check func()
+	check = func() {
+		limit := x.firstByteTimeout(x.s.router.firstTokenTimeout(o.Attempt))
+		ft.mu.Lock()
+		defer ft.mu.Unlock()
+		if ft.stopped {
+			return
+		}
+		ft.limit = limit
+		left := limit - time.Since(sent)
+		if left <= 0 {
+			cancel(errNoFirstByte)
+			return
+		}
+		ft.t = time.AfterFunc(min(left, firstByteRecheck), check)
+	}
+	check()
+	return ft
+}
+
+// stop stops the timer; once it returns the attempt is cancelled by it
+// only if it already was. It returns the timeout as last read.
+func (ft *firstByteTimer) stop() time.Duration {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	ft.stopped = true
+	if ft.t != nil {
+		ft.t.Stop()
+	}
+	return ft.limit
+}
+
 // noFirstByte says that an attempt had no first byte within timeout, how
 // the timeout was set, and which setting to change for an engine slower
 // than that.
 func (x *exchange) noFirstByte(o routed, timeout time.Duration) error {
 	how := "first_byte_timeout (SKYWALKER_FIRST_BYTE_TIMEOUT)"
 	if x.s.cfg.FirstByteTimeout <= 0 {
-		how = fmt.Sprintf("%d× the TTFT estimate of %v, at least %v; an engine slower than its profile (%s) needs SKYWALKER_FIRST_BYTE_TIMEOUT or the right SKYWALKER_PROFILE",
-			FirstByteFactor, o.Decision.Estimate.Round(time.Millisecond), MinFirstByteTimeout, x.s.cfg.Profile)
+		how = fmt.Sprintf("learned: %d× the slowest first tokens this target has given for work like this, at least %v, %v before it had given any; SKYWALKER_FIRST_BYTE_TIMEOUT sets it by hand",
+			region.FirstTokenFactor, region.MinFirstTokenTimeout, region.InitialFirstTokenTimeout)
 	}
 	return fmt.Errorf("no first byte within %v (%s)", timeout.Round(time.Millisecond), how)
 }
-
-// The derived first-byte timeout: generous against the estimate (which is
-// often wrong by 2×), and never short enough to cut a cold replica.
-const (
-	FirstByteFactor     = 4
-	MinFirstByteTimeout = 5 * time.Second
-)
 
 type exchangeKey struct{}
 
@@ -181,8 +225,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		// And when the drain deadline is near (see Server.Serve).
 		actx, cancel := context.WithCancelCause(ctx)
 		stopExpire := context.AfterFunc(x.s.expiring, func() { cancel(errDrained) })
-		timeout := x.firstByteTimeout(o)
-		timer := time.AfterFunc(timeout, func() { cancel(errNoFirstByte) })
+		timer := x.watchFirstByte(o, cancel)
 		answered := func() {}
 		if o.replica != nil {
 			answered = x.s.router.awaitingFirstByte(o.replica.handle, cancel)
@@ -193,7 +236,8 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 			// byte: until then a failure is retried elsewhere.
 			sendErr = awaitFirstByte(resp)
 			answered()
-			if sendErr == nil && timer.Stop() && actx.Err() == nil {
+			timer.stop()
+			if sendErr == nil && actx.Err() == nil {
 				x.attemptCtx, x.cancel, x.stopExpire = actx, cancel, stopExpire
 				return resp, nil
 			}
@@ -201,7 +245,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 			resp = nil
 		}
 		answered()
-		timer.Stop()
+		timeout := timer.stop()
 		if resp != nil {
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 			resp.Body.Close()
@@ -213,6 +257,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		how := region.ReplicaFailed
 		switch {
 		case cause == errNoFirstByte:
+			how = region.TimedOut
 			sendErr = x.noFirstByte(o, timeout)
 			x.s.metrics.upstreamTimeouts.WithLabelValues("first_byte").Inc()
 		case cause == errReplicaEjected:

@@ -172,7 +172,7 @@ func (r *Router) Route(ctx context.Context, req *request.Request) (routed, error
 // routes the request again, End waits for the next attempt as Route does
 // and returns it; otherwise the zero routed and what the core said.
 func (r *Router) End(ctx context.Context, a *region.Attempt, how region.Outcome) (routed, region.Next, error) {
-	if how != region.ReplicaFailed { // never retried: no waiter needed (the path every served request takes)
+	if how != region.ReplicaFailed && how != region.TimedOut { // never retried: no waiter needed (the path every served request takes)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		next := a.End(r.now(), how)
@@ -326,6 +326,14 @@ func (r *Router) FirstByte(a *region.Attempt) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a.FirstToken(r.now())
+}
+
+// firstTokenTimeout is the core's first-token timeout for the attempt as
+// of now (region.Attempt.FirstTokenTimeout).
+func (r *Router) firstTokenTimeout(a *region.Attempt) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return a.FirstTokenTimeout()
 }
 
 // CacheReported records the cached prompt tokens the engine reported for

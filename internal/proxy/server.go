@@ -147,8 +147,10 @@ func (s *Server) SetGossipAddr(addr string) { s.gossipAddr.Store(&addr) }
 // Handler is the proxy's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Start resolves the worker pool and runs the background loops (scrapes,
-// health checks, queue pumping) until ctx ends.
+// Start resolves the worker pool, reads every replica's metrics once (so
+// the first requests are routed on what the engines report, not on
+// guesses: at most a second when an engine does not answer), and runs the
+// background loops (scrapes, health checks, queue pumping) until ctx ends.
 func (s *Server) Start(ctx context.Context) error {
 	urls, err := initialReplicas(ctx, s.cfg)
 	if err != nil {
@@ -157,6 +159,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.router.SetReplicas(urls); err != nil {
 		s.log.Warn("replica pool", "err", err)
 	}
+	s.loops.scrapeAll(ctx)
 	go s.loops.run(ctx)
 	// Pump held requests even when nothing else happens: deadlines, fresh peer data.
 	go every(ctx, s.loops.cp.PumpInterval, func(context.Context) { s.router.Pump() })

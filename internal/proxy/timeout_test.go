@@ -12,35 +12,31 @@ import (
 	"testing"
 	"time"
 
-	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 	"skywalker/internal/testwait"
 )
 
-func TestFirstByteTimeoutFollowsTheEstimate(t *testing.T) {
+func TestFirstByteTimeoutIsTheCoresUnlessConfigured(t *testing.T) {
 	tests := []struct {
 		name       string
 		configured time.Duration
-		estimate   time.Duration
+		learned    time.Duration
 		stream     bool
 		maxTokens  int
 		want       time.Duration
 	}{
-		{"short estimate: the floor", 0, 200 * time.Millisecond, true, 0, MinFirstByteTimeout},
-		{"long estimate: four times it", 0, 3 * time.Second, true, 0, 12 * time.Second},
-		{"configured wins", 2 * time.Second, 3 * time.Second, true, 0, 2 * time.Second},
-		{"not streamed: plus its output", 0, time.Second, false, 50, MinFirstByteTimeout + 5*time.Second},
-		{"not streamed, no max_tokens", 0, time.Second, false, 0, MinFirstByteTimeout + 2048*100*time.Millisecond},
+		{"learned", 0, 7 * time.Second, true, 0, 7 * time.Second},
+		{"configured wins", 2 * time.Second, 7 * time.Second, true, 0, 2 * time.Second},
+		{"not streamed: plus its output", 0, 7 * time.Second, false, 50, 7*time.Second + 5*time.Second},
+		{"not streamed, no max_tokens", 0, 7 * time.Second, false, 0, 7*time.Second + 2048*100*time.Millisecond},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.FirstByteTimeout = tc.configured
 			x := &exchange{s: &Server{cfg: cfg}, req: &request.Request{Stream: tc.stream, MaxTokens: tc.maxTokens}}
-			o := routed{Attempt: &region.Attempt{}}
-			o.Decision = policy.Decision{Estimate: tc.estimate}
-			if got := x.firstByteTimeout(o); got != tc.want {
+			if got := x.firstByteTimeout(tc.learned); got != tc.want {
 				t.Errorf("firstByteTimeout = %v, want %v", got, tc.want)
 			}
 		})
@@ -49,15 +45,23 @@ func TestFirstByteTimeoutFollowsTheEstimate(t *testing.T) {
 
 // hungBackend accepts requests and never answers them (until the proxy
 // gives up on them); it counts what it was sent.
-func hungBackend(t *testing.T) (*httptest.Server, *atomic.Int64) {
+func hungBackend(t *testing.T) (*httptest.Server, *atomic.Int64) { return hangsAfterBackend(t, 0) }
+
+// hangsAfterBackend answers its first answered chat requests at once and
+// hangs on every later one; it counts what it was sent.
+func hangsAfterBackend(t *testing.T, answered int64) (*httptest.Server, *atomic.Int64) {
 	var n atomic.Int64
 	b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/v1/chat/completions" {
 			http.NotFound(w, r)
 			return
 		}
-		n.Add(1)
 		_, _ = io.Copy(io.Discard, r.Body) // else the server never sees the proxy hang up
+		if n.Add(1) <= answered {
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write([]byte(`{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":1,"completion_tokens":1}}`))
+			return
+		}
 		<-r.Context().Done()
 	}))
 	t.Cleanup(b.Close)
@@ -94,6 +98,14 @@ func TestAHungReplicaIsTimedOutRetriedAndEjected(t *testing.T) {
 	good, _ := countingBackend(t)
 	p := startSolo(t, []string{hung.URL, good.URL}, func(c *Config) { c.FirstByteTimeout = 300 * time.Millisecond })
 	client := &http.Client{Timeout: 20 * time.Second} // a hung request fails this
+	// One request first: engines without metrics have the region hold at
+	// most one request per replica on the profile's guess until one has
+	// given a first token (the burst would be partly refused).
+	resp, err := client.Post("http://"+p.addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"first"}]}`))
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("the first request: %v %v", resp, err)
+	}
+	resp.Body.Close()
 	var wg sync.WaitGroup
 	var failed atomic.Int64
 	for i := range 16 {
@@ -318,25 +330,37 @@ func TestATimeoutSaysWhichSettingToChange(t *testing.T) {
 		configured time.Duration
 		want       []string
 	}{
-		{"derived from the estimate", 0, []string{"no first byte within 5s", "the TTFT estimate", "SKYWALKER_FIRST_BYTE_TIMEOUT", "SKYWALKER_PROFILE"}},
+		{"learned", 0, []string{"no first byte within 5s", "learned", "SKYWALKER_FIRST_BYTE_TIMEOUT"}},
 		{"configured", 300 * time.Millisecond, []string{"no first byte within 300ms", "first_byte_timeout (SKYWALKER_FIRST_BYTE_TIMEOUT)"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			hung, _ := hungBackend(t)
+			// Three quick answers teach the proxy the replica's first-token
+			// time (the timeout is then its floor); then it hangs.
+			hung, _ := hangsAfterBackend(t, 3)
 			p := startSolo(t, []string{hung.URL}, func(c *Config) { c.FirstByteTimeout, c.Retries = tc.configured, 0 })
-			resp, err := (&http.Client{Timeout: time.Minute}).Post("http://"+p.addr+"/v1/chat/completions", "application/json",
-				strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"hello"}]}`))
-			if err != nil {
-				t.Fatal(err)
+			client := &http.Client{Timeout: time.Minute}
+			post := func() (*http.Response, string) {
+				resp, err := client.Post("http://"+p.addr+"/v1/chat/completions", "application/json",
+					strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"hello"}]}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				return resp, string(body)
 			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			for range 3 {
+				if resp, body := post(); resp.StatusCode != 200 {
+					t.Fatalf("a request before the replica hung: status %d %s", resp.StatusCode, body)
+				}
+			}
+			resp, body := post()
 			if resp.StatusCode != http.StatusBadGateway {
 				t.Fatalf("status %d %s, want 502", resp.StatusCode, body)
 			}
 			for _, w := range tc.want {
-				if !strings.Contains(string(body), w) {
+				if !strings.Contains(body, w) {
 					t.Errorf("the answer %s does not say %q", body, w)
 				}
 			}

@@ -1,6 +1,7 @@
 package region
 
 import (
+	"slices"
 	"time"
 
 	"skywalker/internal/apierr"
@@ -45,9 +46,10 @@ type Attempt struct {
 	Number int
 
 	r        *Region
-	failedOn []*Replica // the replicas that failed the request's earlier attempts
-	sent     time.Time  // when the decision was delivered
-	first    bool       // FirstToken was reported
+	failedOn []*Replica    // the replicas that failed the request's earlier attempts
+	sent     time.Time     // when the decision was delivered
+	timeout  time.Duration // FirstTokenTimeout's last answer
+	first    bool          // FirstToken was reported
 	ended    bool
 }
 
@@ -67,6 +69,14 @@ const (
 	// again while Config.Retries allows — served here if it was a
 	// forward that failed.
 	ReplicaFailed
+	// TimedOut: no first token came within the attempt's
+	// FirstTokenTimeout. It is evidence about the replica (see
+	// Region.timedOut): its wait is learned, its dispatch cap drops if it
+	// had others in flight, and it counts toward ejection only if the
+	// replica gave nobody a first token meanwhile. The request is routed
+	// again like ReplicaFailed, but never back to a replica it timed out
+	// on: with no other replica in the region it ends with the error.
+	TimedOut
 	// BrokeMidStream: the target failed after its stream reached the
 	// client. It counts against the replica like ReplicaFailed; End does
 	// not retry it (Continue does, for a driver that can resume a stream).
@@ -91,6 +101,7 @@ type Next struct {
 var (
 	errExhausted = apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request", RetryAfter: time.Second}
 	errMidStream = apierr.Error{Code: apierr.Upstream, Message: "the upstream stream failed midway"}
+	errTimedOut  = apierr.Error{Code: apierr.Unavailable, Message: "the region's only replica that could serve the request gave no first token in time", RetryAfter: time.Second}
 )
 
 // Dispatched reports whether the attempt runs on a local replica.
@@ -117,6 +128,24 @@ func (a *Attempt) FirstToken(now time.Time) {
 	}
 }
 
+// FirstTokenTimeout is how long, from when it was sent, the driver waits
+// for the attempt's first token before it ends it TimedOut: for a
+// dispatch, learned from the replica's recent first tokens (see
+// FirstTokenFactor) — and read again while the attempt waits, since the
+// region keeps learning (a hung replica's first attempts are sent before
+// anything is known, with InitialFirstTokenTimeout, and are timed out as
+// soon as other replicas' first tokens say how long is too long); for a
+// forward, FirstTokenFactor × the decision's estimate. Never below
+// MinFirstTokenTimeout.
+func (a *Attempt) FirstTokenTimeout() time.Duration {
+	if b := a.r.bookings[a.Request]; a.Replica != nil && b != nil && b.rp == a.Replica {
+		a.timeout = a.r.firstTokenTimeout(b)
+	} else if a.timeout == 0 {
+		a.timeout = min(max(MinFirstTokenTimeout, FirstTokenFactor*a.Decision.Estimate), MaxFirstTokenTimeout)
+	}
+	return a.timeout
+}
+
 // CacheReported records the prompt tokens the engine reported cached
 // (usage.prompt_tokens_details.cached_tokens): for a dispatch, cache-truth
 // feedback for the prefix index; for a forward, a check of the cached
@@ -139,8 +168,8 @@ func (a *Attempt) End(now time.Time, how Outcome) Next {
 		return Next{}
 	}
 	switch how {
-	case ReplicaFailed:
-		return a.r.retry(now, a)
+	case ReplicaFailed, TimedOut:
+		return a.r.retry(now, a, how)
 	case BrokeMidStream:
 		e := errMidStream
 		return Next{Err: &e}
@@ -157,7 +186,7 @@ func (a *Attempt) Continue(now time.Time) Next {
 	if !a.finish(now, BrokeMidStream) {
 		return Next{}
 	}
-	return a.r.retry(now, a)
+	return a.r.retry(now, a, BrokeMidStream)
 }
 
 // finish books the attempt's end once, frees what it took and pumps the
@@ -186,10 +215,16 @@ func (a *Attempt) finish(now time.Time, how Outcome) bool {
 }
 
 // retry routes a's request again, unless it has had its Retries: a
-// request whose forward failed is then served here.
-func (r *Region) retry(now time.Time, a *Attempt) Next {
+// request whose forward failed is then served here. A request that timed
+// out at a replica is not sent back to it (that would only wait again):
+// without another healthy replica it ends with errTimedOut.
+func (r *Region) retry(now time.Time, a *Attempt, how Outcome) Next {
 	if a.Number > r.cfg.Retries {
 		e := errExhausted
+		return Next{Err: &e}
+	}
+	if how == TimedOut && a.Replica != nil && !r.healthyBesides(append(a.failedOn, a.Replica)) {
+		e := errTimedOut
 		return Next{Err: &e}
 	}
 	if a.Peer != nil {
@@ -202,6 +237,16 @@ func (r *Region) retry(now time.Time, a *Attempt) Next {
 	r.retries[a.Request] = again
 	r.bal.Submit(now, a.Request, r)
 	return Next{Retry: true}
+}
+
+// healthyBesides reports whether a replica not in these is in service.
+func (r *Region) healthyBesides(these []*Replica) bool {
+	for _, rp := range r.replicas {
+		if rp.healthy && !slices.Contains(these, rp) {
+			return true
+		}
+	}
+	return false
 }
 
 // retried is a request routed again and not yet delivered: its attempts
@@ -217,14 +262,7 @@ type retried struct {
 // affinity would choose again until the replica is ejected. With no other
 // healthy replica it may go back (the failure may have been transient).
 func avoid(view []policy.Replica, replicas []*Replica, failedOn []*Replica) {
-	failed := func(i int) bool {
-		for _, rp := range failedOn {
-			if rp == replicas[i] {
-				return true
-			}
-		}
-		return false
-	}
+	failed := func(i int) bool { return slices.Contains(failedOn, replicas[i]) }
 	other := false
 	for i := range view {
 		other = other || (view[i].Healthy && !failed(i))

@@ -37,6 +37,16 @@ type capLearner struct {
 	full  bool    // it has been seen full at least once
 }
 
+// saturated lowers the cap below inflight, the requests the replica had
+// when one of them showed it was full.
+func (l *capLearner) saturated(inflight int) {
+	if l.limit == 0 {
+		l.limit = learnedCapStart
+	}
+	l.limit = max(1, min(l.limit, float64(inflight))*capDecrease)
+	l.full = true
+}
+
 // learnsCap reports whether rp's dispatch cap is learned: its engine
 // exposes no queue metrics.
 func (r *Region) learnsCap(rp *Replica) bool { return !rp.metrics.Known }
@@ -75,8 +85,7 @@ func (r *Region) observeFirstToken(rp *Replica, inflight int, ttft, prefill time
 	late := ttft > time.Duration(saturatedFactor*float64(prefill))+saturatedSlack
 	switch {
 	case late && inflight > 1:
-		l.limit = max(1, min(l.limit, float64(inflight))*capDecrease)
-		l.full = true
+		l.saturated(inflight)
 	case !late && inflight >= int(l.limit):
 		if l.full {
 			l.limit += 1 / l.limit

@@ -38,7 +38,7 @@ type Load struct {
 // Load is the region's summary as of now, as this node publishes it.
 func (r *Region) Load() Load {
 	queued := r.bal.Len()
-	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.cfg.Prefill, HitShare: r.hitShare()}
+	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.prefill(), HitShare: r.hitShare()}
 	for _, n := range r.forwarding {
 		l.Offloading += n
 	}

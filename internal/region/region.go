@@ -108,8 +108,14 @@ type Region struct {
 	// dispatched requests: their ratio is HitShare.
 	hitCached, hitPrompt float64
 	tenantBias           map[flow]*ratioEWMA // the same per flow (class, tenant)
-	trust                map[string]*peerTrust
-	now                  time.Time // the latest time a driver gave (peer trust is judged at it)
+	// firstTokens and idleSpeed are what the region learned of its
+	// engines' speed from first tokens (timing.go).
+	firstTokens  firstTokenTimes
+	idleSpeed    ratioEWMA
+	idleSamples  int       // first tokens idleSpeed learned from
+	speedKnownAt time.Time // when it had enough to be used (see speed)
+	trust        map[string]*peerTrust
+	now          time.Time // the latest time a driver gave (peer trust is judged at it)
 }
 
 // New returns a region with no replicas that routes by pol and hands every
@@ -239,7 +245,7 @@ func (r *Region) expectedService(req *request.Request, uncached int) time.Durati
 	if req.MaxTokens <= 0 || r.cfg.DecodeStep <= 0 {
 		return 0
 	}
-	return r.cfg.Prefill.Time(uncached) + time.Duration(req.MaxTokens)*r.cfg.DecodeStep
+	return r.prefill().Time(uncached) + time.Duration(float64(req.MaxTokens)*r.speed()*float64(r.cfg.DecodeStep))
 }
 
 // View implements balancer.Env: the replicas as last scraped, with this
@@ -248,7 +254,7 @@ func (r *Region) expectedService(req *request.Request, uncached int) time.Durati
 // to their load and the request's prefix match from their digests.
 func (r *Region) View(req *request.Request) *policy.View {
 	v := &r.view
-	v.Local.Name, v.Local.Jurisdiction, v.Local.Prefill = r.cfg.Name, r.cfg.Jurisdiction, r.cfg.Prefill
+	v.Local.Name, v.Local.Jurisdiction, v.Local.Prefill = r.cfg.Name, r.cfg.Jurisdiction, r.prefill()
 	v.Local.Queued, v.Local.Held = 0, 0
 	r.index.Match(req.Blocks, r.matched)
 	v.Local.Replicas = v.Local.Replicas[:0]
@@ -261,6 +267,7 @@ func (r *Region) View(req *request.Request) *policy.View {
 	v.Local.PerRequestWait = r.perRequestWait()
 	v.Local.TTFTBias = r.ttftBias(req)
 	v.Local.HitShare = r.hitShare()
+	v.Local.Unmeasured = r.unmeasured()
 	v.Peers = v.Peers[:0]
 	for i := range r.peers {
 		p := &r.peers[i]
@@ -329,6 +336,7 @@ func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
 	a := r.cfg.ServiceAlpha
 	r.hitCached = (1-a)*r.hitCached + a*float64(req.PromptTokens-uncached)
 	r.hitPrompt = (1-a)*r.hitPrompt + a*float64(req.PromptTokens)
+	alone := rp.inFlight == 0 && rp.metrics.Running-rp.endedSinceScrape <= 0 && rp.metrics.Waiting == 0
 	rp.inFlight++
 	rp.inFlightTokens += req.PromptTokens
 	rp.prefillTokens += uncached
@@ -336,7 +344,7 @@ func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
 	rp.dispatchedTokens += uncached + out
 	b := &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
 		submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight,
-		expected: r.expectedService(req, uncached)}
+		expected: r.expectedService(req, uncached), ttftExpected: r.expectedFirstToken(rp.prefillTokens), alone: alone}
 	if b.expected > 0 {
 		r.expectedSum += b.expected
 		r.expectedCount++

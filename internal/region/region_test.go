@@ -336,13 +336,30 @@ func TestHeldRequestsCalibrateTheTTFTBias(t *testing.T) {
 		t.Fatalf("bias %v before any sample, want 1", r.ttftBias(probeReq()))
 	}
 	at := t0
-	fast := &request.Request{ID: "fast", PromptTokens: 100, BlockTokens: 128}
-	r.View(fast)
-	r.Deliver(balancer.Outcome{Request: fast, Decision: policy.Decision{Action: policy.Dispatch}, Admitted: time.Second, Submitted: at})
-	r.firstToken(at.Add(5*time.Second), fast)
+	for i := range minFirstTokenSamples { // alone on the replica: they teach it the engine's speed
+		fast := &request.Request{ID: fmt.Sprint("fast", i), PromptTokens: 100, BlockTokens: 128}
+		r.View(fast)
+		r.Deliver(balancer.Outcome{Request: fast, Decision: policy.Decision{Action: policy.Dispatch}, Admitted: time.Second, Submitted: at})
+		r.firstToken(at.Add(5*time.Second), fast)
+		r.end(fast, Served, 6*time.Second)
+	}
 	if r.ttftBias(probeReq()) != 1 {
 		t.Errorf("a request that was not held moved the bias to %v", r.ttftBias(probeReq()))
 	}
+	if r.speed() <= 1 {
+		t.Fatalf("speed %v after first tokens far slower than the profile, want it learned", r.speed())
+	}
+	// Held since before the engine's speed was learned: its estimate erred
+	// by the speed, not the queue.
+	early := &request.Request{ID: "early", PromptTokens: 100, BlockTokens: 128}
+	r.View(early)
+	r.Deliver(balancer.Outcome{Request: early, Decision: policy.Decision{Action: policy.Dispatch}, Admitted: time.Second, Submitted: at.Add(-time.Second), Waited: time.Second})
+	r.firstToken(at.Add(20*time.Second), early)
+	r.end(early, Served, time.Second)
+	if r.ttftBias(probeReq()) != 1 {
+		t.Errorf("an estimate made before the speed was known moved the bias to %v", r.ttftBias(probeReq()))
+	}
+	at = at.Add(time.Minute)
 	for i := range 200 {
 		held := &request.Request{ID: fmt.Sprint("held", i), PromptTokens: 100, BlockTokens: 128}
 		r.View(held)
@@ -389,16 +406,21 @@ func TestARequestThatEndsDuringAScrapeIsNotCountedRunning(t *testing.T) {
 // each) arriving at once, the two that fit are dispatched and the other 22
 // are refused at once, before any request has ended, instead of being held
 // for their whole objective; short requests that can start within their
-// objective are held, not refused.
+// objective are held, not refused — when the engine reports metrics (the
+// profile is taken to be its hardware). An engine that reports nothing has
+// one request held on the profile's guess until it gives a first token;
+// the rest are refused at once.
 func TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst(t *testing.T) {
 	for _, tc := range []struct {
 		maxTokens, n             int
+		noMetrics                bool
 		wantDispatched, wantRefd int
 	}{
 		{maxTokens: 200, n: 24, wantDispatched: 2, wantRefd: 22},
 		{maxTokens: 5, n: 8, wantDispatched: 2, wantRefd: 0},
+		{maxTokens: 5, n: 8, noMetrics: true, wantDispatched: 2, wantRefd: 5},
 	} {
-		t.Run(fmt.Sprintf("max_tokens=%d", tc.maxTokens), func(t *testing.T) {
+		t.Run(fmt.Sprintf("max_tokens=%d,no_metrics=%v", tc.maxTokens, tc.noMetrics), func(t *testing.T) {
 			var got []*Attempt
 			var objectives [request.NumClasses]request.SLO
 			objectives[request.Standard] = request.SLO{TTFT: 2 * time.Second}
@@ -412,6 +434,7 @@ func TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst(t *testing.T) {
 			if err := r.SetReplicas(Specs("r0")); err != nil {
 				t.Fatal(err)
 			}
+			r.Scraped(r.Replicas()[0], Metrics{Known: !tc.noMetrics})
 			for i := range tc.n {
 				q := req(fmt.Sprint("q", i), uint64(1000+i))
 				q.Class, q.MaxTokens = request.Standard, tc.maxTokens

@@ -63,8 +63,13 @@ type Replica struct {
 	ended, dispatchedTokens int
 	metrics                 Metrics
 	learned                 capLearner // dispatch cap, for engines without metrics
-	cacheFactor             float64    // believed cache over reported (0 = 1), from cache truth
-	truth                   CacheTruth
+	// firstTokens are its recent first tokens' times against the
+	// profile's, and lastFirstToken when it last gave one (timing.go).
+	firstTokens    firstTokenTimes
+	lastFirstToken time.Time
+	scraped        bool    // a scrape of its engine has landed
+	cacheFactor    float64 // believed cache over reported (0 = 1), from cache truth
+	truth          CacheTruth
 }
 
 // ReplicaSpec names a replica and, for one outside the balancer's region
@@ -220,7 +225,7 @@ func (r *Region) Scraped(rp *Replica, m Metrics) { r.ScrapedSince(rp, m, r.MarkS
 // the replica is balanced on its requests in flight. A reported KV-cache
 // size resizes the replica's share of the prefix index.
 func (r *Region) ScrapedSince(rp *Replica, m Metrics, mark ScrapeMark) {
-	rp.metrics = m
+	rp.metrics, rp.scraped = m, true
 	rp.sinceScrape = max(rp.dispatchedTokens-mark.dispatchedTokens, 0)
 	rp.endedSinceScrape = max(rp.ended-mark.ended, 0)
 	if m.Running > 0 && m.KVUsage > 0 && m.KVBlocks > 0 && m.BlockSize > 0 {
@@ -273,6 +278,11 @@ type booking struct {
 	sent       time.Time     // when it was dispatched
 	inflight   int           // requests in flight at its replica then, itself included
 	expected   time.Duration // the service it was expected to take (see Region.expectedService)
+	// ttftExpected is what the profile expects of its first token (see
+	// expectedFirstToken); alone, that nothing else ran on the replica
+	// when it was sent.
+	ttftExpected time.Duration
+	alone        bool
 }
 
 // firstToken records that a dispatched request produced its first token
@@ -286,8 +296,11 @@ func (r *Region) firstToken(now time.Time, req *request.Request) {
 	}
 	if !b.sent.IsZero() {
 		r.observeFirstToken(b.rp, b.inflight, now.Sub(b.sent), r.cfg.Prefill.Time(b.uncached))
+		r.observeFirstTokenTime(b, now.Sub(b.sent), now)
 	}
-	if b.held && b.estimate > 0 && !b.submitted.IsZero() {
+	// An estimate made before the region knew its engines' speed erred by
+	// that, not by its queue model: it does not calibrate the bias.
+	if b.held && b.estimate > 0 && !b.submitted.IsZero() && !b.submitted.Before(r.speedKnownAt) {
 		actual, est := float64(now.Sub(b.submitted)), float64(b.estimate)
 		r.bias.observe(actual, est)
 		key := flowOf(req)
@@ -339,11 +352,15 @@ func flowOf(req *request.Request) flow { return flow{req.Class, req.Tenant} }
 // maxTenantBiases bounds the tenants whose bias a region keeps.
 const maxTenantBiases = 4096
 
-func (e *ratioEWMA) ratio() float64 {
+func (e *ratioEWMA) ratio() float64 { return e.ratioWithin(0.5, 4) }
+
+// ratioWithin is the smoothed ratio kept within [lo, hi]; 1 before any
+// sample.
+func (e *ratioEWMA) ratioWithin(lo, hi float64) float64 {
 	if !e.seen || e.estimate <= 0 {
 		return 1
 	}
-	return min(max(e.actual/e.estimate, 0.5), 4)
+	return min(max(e.actual/e.estimate, lo), hi)
 }
 
 // ratioEWMA smooths the two sides of a ratio.
@@ -387,6 +404,10 @@ func (r *Region) end(req *request.Request, how Outcome, service time.Duration) {
 	case Served:
 		rp.failures, rp.ejections, rp.probation = 0, 0, false
 		r.service.Observe(service)
+	case TimedOut:
+		if r.timedOut(b, service) {
+			r.fail(rp)
+		}
 	case ReplicaFailed, BrokeMidStream:
 		r.fail(rp)
 	}
