@@ -18,6 +18,15 @@ type Config struct {
 	// MaxModelLen bounds prompt + output tokens of one sequence; default
 	// the KV capacity (a sequence must fit in the cache on its own).
 	MaxModelLen int
+	// MaxLoRAs is how many LoRA adapters the engine holds at once (vLLM's
+	// --max-loras): a sequence of an adapter that is not resident waits
+	// until a slot is free of running sequences, whose least recently
+	// used adapter is then evicted and the new one loaded, which adds
+	// LoRALoad to that step (vLLM loads adapters before the forward pass,
+	// so the whole batch waits). Zero: adapters are not modelled (a
+	// sequence's adapter costs nothing).
+	MaxLoRAs int
+	LoRALoad time.Duration
 }
 
 func (c Config) resolved() Config {
@@ -48,6 +57,9 @@ type Sequence struct {
 	MaxTokens    int      // tokens to generate, at least 1
 	Units        []uint64 // chained prefix hashes (request.Request.Blocks); may be empty
 	UnitTokens   int      // tokens per unit (request.Request.BlockTokens)
+	// Adapter is the LoRA adapter the sequence runs with; "" for the base
+	// model. (Its prefix units are salted by it: see request.SetPool.)
+	Adapter string
 	Arrival      time.Time
 	// Data is the driver's own payload; the engine never touches it.
 	Data any
@@ -66,6 +78,7 @@ type Sequence struct {
 	private       int // KV blocks held privately
 	scheduled     int // tokens in the current step
 	admitted      bool
+	holdsLoRA     bool // it counts as a user of its adapter's slot
 }
 
 type seqState uint8
@@ -102,6 +115,7 @@ type Stats struct {
 	Evictions         int64 // prefix units evicted to make room
 	Finished          int64
 	Aborted           int64
+	LoRALoads         int64 // adapters loaded into a slot
 }
 
 // Engine is one simulated inference server.
@@ -116,6 +130,16 @@ type Engine struct {
 	batchTokens int
 	busy        bool
 	stats       Stats
+	loras       []loraSlot // resident adapters, at most MaxLoRAs
+	loraClock   int64      // orders the slots' last use
+	loaded      int        // adapters loaded for the step being formed
+}
+
+// loraSlot is one resident LoRA adapter.
+type loraSlot struct {
+	name     string
+	users    int   // running sequences with it
+	lastUsed int64 // loraClock at its last use
 }
 
 // New returns an idle engine.
@@ -265,18 +289,31 @@ func (e *Engine) BeginStep(now time.Time) (time.Duration, bool) {
 		}
 		schedule(s, n)
 	}
-	for e.waitingLen() > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
-		s := e.waiting[e.waitHead]
+	// Waiting sequences in order; one whose adapter can get no slot (every
+	// slot serves running sequences) is skipped, as vLLM's scheduler
+	// skips it, and keeps its place.
+	for i := e.waitHead; i < len(e.waiting) && len(e.running) < e.cfg.MaxNumSeqs && budget > 0; {
+		s := e.waiting[i]
+		if !e.loraRoom(s.Adapter) {
+			i++
+			continue
+		}
 		e.admit(s)
 		n := min(s.prefillTarget-s.computed, budget)
 		if !e.reserve(s, s.computed+n) {
 			e.releaseRefs(s)
 			break
 		}
-		e.waiting[e.waitHead] = nil
-		e.waitHead++
+		e.takeLoRA(s)
+		if i == e.waitHead {
+			e.waiting[e.waitHead] = nil
+			e.waitHead++
+			i++
+		} else {
+			e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+		}
 		if e.waitHead == len(e.waiting) {
-			e.waiting, e.waitHead = e.waiting[:0], 0
+			e.waiting, e.waitHead, i = e.waiting[:0], 0, 0
 		}
 		s.state = stateRunning
 		e.running = append(e.running, s)
@@ -287,7 +324,8 @@ func (e *Engine) BeginStep(now time.Time) (time.Duration, bool) {
 	}
 	e.busy = true
 	e.batchTokens = e.cfg.MaxNumBatchedTokens - budget
-	d := e.cfg.Profile.StepTime(prefillTokens, decodeSeqs, decodeKV, pairs)
+	d := e.cfg.Profile.StepTime(prefillTokens, decodeSeqs, decodeKV, pairs) + time.Duration(e.loaded)*e.cfg.LoRALoad
+	e.loaded = 0
 	e.stats.Steps++
 	e.stats.BusyTime += d
 	return d, true
@@ -433,6 +471,92 @@ func (e *Engine) release(s *Sequence) {
 	e.cache.usedPrivate -= s.private
 	s.private = 0
 	e.releaseRefs(s)
+	e.dropLoRA(s)
+}
+
+// loraRoom reports whether a sequence of adapter may start now: it is the
+// base model, adapters are not modelled, or the adapter is resident or a
+// slot can take it (one is free, or serves no running sequence).
+func (e *Engine) loraRoom(adapter string) bool {
+	if adapter == "" || e.cfg.MaxLoRAs <= 0 || len(e.loras) < e.cfg.MaxLoRAs {
+		return true
+	}
+	for _, l := range e.loras {
+		if l.name == adapter || l.users == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// takeLoRA makes s a user of its adapter's slot, loading the adapter into
+// a free slot or over the least recently used idle one (loraRoom said
+// there is one).
+func (e *Engine) takeLoRA(s *Sequence) {
+	if s.Adapter == "" || e.cfg.MaxLoRAs <= 0 || s.holdsLoRA {
+		return
+	}
+	e.loraClock++
+	s.holdsLoRA = true
+	victim := -1
+	for i := range e.loras {
+		l := &e.loras[i]
+		if l.name == s.Adapter {
+			l.users++
+			l.lastUsed = e.loraClock
+			return
+		}
+		if l.users == 0 && (victim < 0 || l.lastUsed < e.loras[victim].lastUsed) {
+			victim = i
+		}
+	}
+	slot := loraSlot{name: s.Adapter, users: 1, lastUsed: e.loraClock}
+	if len(e.loras) < e.cfg.MaxLoRAs || victim < 0 {
+		e.loras = append(e.loras, slot)
+	} else {
+		e.loras[victim] = slot
+	}
+	e.loaded++
+	e.stats.LoRALoads++
+}
+
+// dropLoRA ends s's use of its adapter's slot (it stays resident).
+func (e *Engine) dropLoRA(s *Sequence) {
+	if !s.holdsLoRA {
+		return
+	}
+	s.holdsLoRA = false
+	for i := range e.loras {
+		if e.loras[i].name == s.Adapter {
+			e.loras[i].users--
+			return
+		}
+	}
+}
+
+// LoRAs lists the adapters of running sequences and of waiting ones (what
+// vLLM's vllm:lora_requests_info names), and the resident ones.
+func (e *Engine) LoRAs() (running, waiting, resident []string) {
+	seen := map[string]bool{}
+	add := func(dst []string, name, kind string) []string {
+		if name == "" || seen[kind+name] {
+			return dst
+		}
+		seen[kind+name] = true
+		return append(dst, name)
+	}
+	for _, s := range e.running {
+		if s.state == stateRunning {
+			running = add(running, s.Adapter, "r")
+		}
+	}
+	for _, s := range e.waiting[e.waitHead:] {
+		waiting = add(waiting, s.Adapter, "w")
+	}
+	for _, l := range e.loras {
+		resident = append(resident, l.name)
+	}
+	return running, waiting, resident
 }
 
 func (e *Engine) releaseRefs(s *Sequence) {

@@ -22,13 +22,16 @@ const (
 	// version 5 the sender's incarnation after the sequence number, so
 	// that a restarted node is heard at once; version 6 the sender's wall
 	// clock at sending (Unix milliseconds, last), so that peers measure
-	// its clock's offset. Messages are sent as version 6; nodes of a
-	// release before 5 refuse them, which to them is the same as the node
-	// falling silent, so a mesh is upgraded whole (README, Deployment).
-	// Versions 1 to 5 are still read (the fields they lack zero: no
-	// eviction is priced for such a peer, its incarnation is 0, and its
-	// clock is taken to agree).
-	wireVersion    = 6
+	// its clock's offset; version 7 the load of each model the node
+	// serves (a count, then per model its name and the load fields), last.
+	// Messages are sent as version 7; nodes of a release before 5 refuse
+	// them, which to them is the same as the node falling silent, so a
+	// mesh is upgraded whole (README, Deployment). Versions 1 to 6 are
+	// still read (the fields they lack zero: no eviction is priced for
+	// such a peer, its incarnation is 0, its clock is taken to agree, and
+	// it lists no models: it is forwarded only the models this node
+	// serves).
+	wireVersion    = 7
 	minWireVersion = 1
 	flagDraining   = 1 << 0
 
@@ -104,6 +107,25 @@ func encodeLoad(m loadMsg) []byte {
 	w.uvarint(m.Seq)
 	w.uvarint(m.Incarnation)
 	l := m.Load
+	w.loadFields(l, flags)
+	if !m.SentAt.IsZero() {
+		w.uvarint(uint64(max(m.SentAt.UnixMilli(), 0)))
+	} else {
+		w.uvarint(0)
+	}
+	w.uvarint(uint64(min(len(l.Models), maxModels)))
+	for _, ml := range l.Models[:min(len(l.Models), maxModels)] {
+		w.str(ml.Model)
+		w.loadFields(ml, 0)
+	}
+	return w.b
+}
+
+// maxModels bounds the models one load summary lists.
+const maxModels = 64
+
+// loadFields writes the fields of one load, the aggregate's or a model's.
+func (w *writer) loadFields(l region.Load, flags uint64) {
 	for _, v := range []int64{int64(l.QueueWait), int64(l.Queued), int64(l.Replicas), int64(l.Slots), int64(l.Outstanding),
 		int64(l.Prefill.Fixed), int64(l.Prefill.PerToken)} {
 		w.uvarint(uint64(max(v, 0)))
@@ -115,12 +137,6 @@ func encodeLoad(m loadMsg) []byte {
 	w.uvarint(flags)
 	w.uvarint(uint64(max(l.FreeCacheTokens, 0)))
 	w.uvarint(uint64(math.Round(min(max(l.HitShare, 0), 1) * hitShareScale)))
-	if !m.SentAt.IsZero() {
-		w.uvarint(uint64(max(m.SentAt.UnixMilli(), 0)))
-	} else {
-		w.uvarint(0)
-	}
-	return w.b
 }
 
 func encodeDigest(node string, digest []byte) []byte {
@@ -268,6 +284,36 @@ func decodeLoad(r *reader) (loadMsg, error) {
 		m.Incarnation = r.uvarint()
 	}
 	l := &m.Load
+	l.Draining = r.loadFields(l)&flagDraining != 0
+	if r.version >= 6 {
+		switch ms := r.uvarint(); {
+		case ms > maxUnixMilli:
+			r.fail("sending time %d out of range", ms)
+		case ms > 0:
+			m.SentAt = time.UnixMilli(int64(ms))
+		}
+	}
+	if r.version >= 7 {
+		n := r.count(maxModels)
+		for range n {
+			if r.err != nil {
+				break
+			}
+			ml := region.Load{Model: r.str()}
+			r.loadFields(&ml)
+			l.Models = append(l.Models, ml)
+		}
+	}
+	r.end()
+	if r.err == nil && m.Node == "" {
+		r.fail("empty node name")
+	}
+	return m, r.err
+}
+
+// loadFields reads the fields of one load (as far as the message's
+// version has them) and returns its flags.
+func (r *reader) loadFields(l *region.Load) (flags uint64) {
 	l.QueueWait = time.Duration(r.count(maxCount))
 	l.Queued = r.count(maxCount)
 	l.Replicas = r.count(1 << 20)
@@ -286,25 +332,13 @@ func decodeLoad(r *reader) (loadMsg, error) {
 		l.PrefillTokens = r.count(maxCount)
 	}
 	if r.version >= 3 {
-		l.Draining = r.uvarint()&flagDraining != 0
+		flags = r.uvarint()
 	}
 	if r.version >= 4 {
 		l.FreeCacheTokens = r.count(maxCount)
 		l.HitShare = float64(r.count(hitShareScale)) / hitShareScale
 	}
-	if r.version >= 6 {
-		switch ms := r.uvarint(); {
-		case ms > maxUnixMilli:
-			r.fail("sending time %d out of range", ms)
-		case ms > 0:
-			m.SentAt = time.UnixMilli(int64(ms))
-		}
-	}
-	r.end()
-	if r.err == nil && m.Node == "" {
-		r.fail("empty node name")
-	}
-	return m, r.err
+	return flags
 }
 
 // end fails the message if bytes remain after its last field.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -15,12 +16,14 @@ import (
 func TestMessagesRoundTrip(t *testing.T) {
 	l := loadMsg{Node: "us-east-1", Incarnation: 1_796_000_000_123_456_789, Seq: 42, Load: region.Load{QueueWait: 750 * time.Millisecond, Queued: 30, Replicas: 4, Slots: 32,
 		Outstanding: 62, QueuedTokens: 81_000, Offloading: 3, PrefillTokens: 4096, FreeCacheTokens: 120_000, HitShare: 0.5, Prefill: policy.PrefillProfile{Fixed: 10 * time.Millisecond, PerToken: 20 * time.Microsecond, PerTokenSquared: 0.5}}}
+	l.Load.Models = []region.Load{{Model: "llama-8b", Queued: 20, Replicas: 3, Slots: 24, Outstanding: 40},
+		{Model: "llama-70b", Queued: 10, Replicas: 1, Slots: 8, Outstanding: 22, Prefill: policy.PrefillProfile{Fixed: 40 * time.Millisecond}}}
 	typ, r, err := decodeHeader(encodeLoad(l))
 	if err != nil || typ != msgLoad {
 		t.Fatal(typ, err)
 	}
 	got, err := decodeLoad(r)
-	if err != nil || got != l {
+	if err != nil || !reflect.DeepEqual(got, l) {
 		t.Errorf("load round trip: %+v, %v", got, err)
 	}
 	d := deltaMsg{Node: "n", Base: 3, Gen: 4, Indexes: []uint32{1, 5, 900}, Words: []uint64{7, 8, 1 << 63}}
@@ -123,7 +126,9 @@ func FuzzDecode(f *testing.F) {
 // fewer fields, and those it lacks read as zero.
 func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 	full := region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true,
-		FreeCacheTokens: 70000, HitShare: 0.625}
+		FreeCacheTokens: 70000, HitShare: 0.625, Models: []region.Load{{Model: "m", Queued: 2, Outstanding: 9, HitShare: 0.25}}}
+	withoutModels := full
+	withoutModels.Models = nil
 	sent := time.UnixMilli(1_790_000_000_123)
 	b := encodeLoad(loadMsg{Node: "n", Incarnation: 77, Seq: 1, Load: full, SentAt: sent})
 	if b[2] != wireVersion || !bytes.Equal(b, legacyLoad(wireVersion, "n", 77, 1, full, sent)) {
@@ -133,9 +138,10 @@ func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 		version byte
 		want    region.Load
 	}{
-		{6, full},
-		{5, full},
-		{4, full},
+		{7, full},
+		{6, withoutModels},
+		{5, withoutModels},
+		{4, withoutModels},
 		{3, region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true}},
 		{2, region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3}},
 		{1, region.Load{Queued: 2, Outstanding: 9}},
@@ -153,7 +159,7 @@ func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 		if c.version >= 6 {
 			wantSent = sent
 		}
-		if m, err := decodeLoad(r); err != nil || m.Load != c.want || m.Incarnation != wantIncarnation || !m.SentAt.Equal(wantSent) {
+		if m, err := decodeLoad(r); err != nil || !reflect.DeepEqual(m.Load, c.want) || m.Incarnation != wantIncarnation || !m.SentAt.Equal(wantSent) {
 			t.Errorf("version %d: decoded %+v (incarnation %d, sent %v), %v; want %+v (incarnation %d, sent %v)",
 				c.version, m.Load, m.Incarnation, m.SentAt, err, c.want, wantIncarnation, wantSent)
 		}
@@ -193,6 +199,14 @@ func legacyLoad(v byte, node string, incarnation, seq uint64, l region.Load, sen
 	}
 	if v >= 6 {
 		w.uvarint(uint64(sent.UnixMilli()))
+	}
+	if v >= 7 {
+		w.uvarint(uint64(len(l.Models)))
+		for _, m := range l.Models {
+			w.str(m.Model)
+			sub := legacyLoad(4, "", 0, 0, m, time.Time{}) // a model's fields are version 4's
+			w.b = append(w.b, sub[4+1+1:]...)             // less the header, the empty node and the sequence
+		}
 	}
 	return w.b
 }

@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -279,6 +280,7 @@ func (t *Table) refreshPeers(now time.Time) {
 		p := region.Peer{Region: name, Jurisdiction: nodes[0].meta.Jurisdiction}
 		var fresh []*nodeState
 		var newest time.Time
+		var fold loadFold
 		for _, n := range nodes {
 			if n.loadAt.IsZero() {
 				continue
@@ -294,24 +296,9 @@ func (t *Table) refreshPeers(now time.Time) {
 			}
 			fresh = append(fresh, n)
 			p.APIAddrs = append(p.APIAddrs, n.meta.APIAddr)
-			l := n.load
-			p.Load.Queued += l.Queued
-			p.Load.Outstanding += l.Outstanding
-			p.Load.Replicas = max(p.Load.Replicas, l.Replicas)
-			p.Load.Slots = max(p.Load.Slots, l.Slots)
-			p.Load.QueueWait = max(p.Load.QueueWait, l.QueueWait)
-			p.Load.QueuedTokens += l.QueuedTokens
-			p.Load.Offloading += l.Offloading
-			if len(fresh) == 1 || l.PrefillTokens < p.Load.PrefillTokens {
-				p.Load.PrefillTokens = l.PrefillTokens
-			}
-			p.Load.Prefill = l.Prefill
-			p.Load.FreeCacheTokens = max(p.Load.FreeCacheTokens, l.FreeCacheTokens)
-			p.Load.HitShare += l.HitShare
+			fold.add(n.load)
 		}
-		if len(fresh) > 0 {
-			p.Load.HitShare /= float64(len(fresh))
-		}
+		p.Load = fold.result()
 		p.Nodes = len(fresh)
 		p.Healthy = len(fresh) > 0
 		if g := t.links[name]; g != nil {
@@ -340,6 +327,56 @@ func (t *Table) refreshPeers(now time.Time) {
 		sort.Sort(byPeerRegion{c.peers, c.newest}) // in order, with their arrival times
 	}
 	t.peers = c
+}
+
+// loadFold adds up the summaries of a region's fresh nodes: its proxies
+// share its replicas, so queues and outstanding requests add up while
+// replicas and slots are the largest report, the queue wait the worst,
+// the prefill queued the least, free cache the most, and hit shares are
+// averaged. Each model's load is folded the same way; a model some node
+// does not list is served by the others.
+type loadFold struct {
+	l      region.Load
+	n      int
+	models []*loadFold
+}
+
+func (f *loadFold) add(l region.Load) {
+	d := &f.l
+	d.Queued += l.Queued
+	d.Outstanding += l.Outstanding
+	d.Replicas = max(d.Replicas, l.Replicas)
+	d.Slots = max(d.Slots, l.Slots)
+	d.QueueWait = max(d.QueueWait, l.QueueWait)
+	d.QueuedTokens += l.QueuedTokens
+	d.Offloading += l.Offloading
+	if f.n == 0 || l.PrefillTokens < d.PrefillTokens {
+		d.PrefillTokens = l.PrefillTokens
+	}
+	d.Prefill = l.Prefill
+	d.FreeCacheTokens = max(d.FreeCacheTokens, l.FreeCacheTokens)
+	d.HitShare += l.HitShare
+	f.n++
+	for _, ml := range l.Models {
+		i := slices.IndexFunc(f.models, func(m *loadFold) bool { return m.l.Model == ml.Model })
+		if i < 0 {
+			f.models = append(f.models, &loadFold{l: region.Load{Model: ml.Model}})
+			i = len(f.models) - 1
+		}
+		f.models[i].add(ml)
+	}
+}
+
+// result is the folded load.
+func (f *loadFold) result() region.Load {
+	l := f.l
+	if f.n > 0 {
+		l.HitShare /= float64(f.n)
+	}
+	for _, m := range f.models {
+		l.Models = append(l.Models, m.result())
+	}
+	return l
 }
 
 // byPeerRegion sorts peers and their parallel newest times by region.

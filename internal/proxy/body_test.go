@@ -77,7 +77,10 @@ func startSoloWith(tb testing.TB, replicas []string, tune func(*Config), opts Op
 
 // replica is the i-th replica as the policy sees it now.
 func (p solo) replica(i int) policy.Replica {
-	return p.srv.router.View(&request.Request{}).Local.Replicas[i]
+	req := &request.Request{}
+	base, _, _ := p.srv.router.resolve("") // the pool a request naming no model goes to
+	req.SetPool(base, "")
+	return p.srv.router.View(req).Local.Replicas[i]
 }
 
 // countingBackend answers every request with a small completion and counts

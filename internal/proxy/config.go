@@ -3,7 +3,10 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -50,6 +53,16 @@ type Config struct {
 	// URLs, or one DNS name (optionally with :port) whose A records are the
 	// replicas, re-resolved every ResolveInterval.
 	WorkerPool []string `yaml:"worker_pool"`
+	// ModelPools pins replicas to the models they serve, model → base
+	// URLs (SKYWALKER_MODEL_POOLS: model=url,url;model2=url): a pinned
+	// replica is routed that model's requests whatever its /v1/models
+	// says. Replicas in WorkerPool are placed by what their /v1/models
+	// lists. Either may be empty, not both.
+	ModelPools map[string][]string `yaml:"model_pools"`
+	// ModelProfiles is the engine profile of each model's replicas
+	// (SKYWALKER_MODEL_PROFILES: model=profile,...): a 70B model on four
+	// H100s is not an 8B model on an L4. Models not listed use Profile.
+	ModelProfiles map[string]string `yaml:"model_profiles"`
 
 	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // MAX_WAN_RTT_THRESHOLD_MS; default 1 s (a ceiling: reach follows the objective)
 	GossipKeys     []string      `yaml:"gossip_keys"`     // SKYWALKER_GOSSIP_KEY (comma-separated: primary first)
@@ -269,8 +282,22 @@ func (c *Config) Objectives() [request.NumClasses]request.SLO {
 
 // RegionConfig is the region core's configuration (the profile must be
 // valid: Validate checks it).
-func (c *Config) RegionConfig() region.Config {
-	prof, _ := profile.Lookup(c.Profile)
+func (c *Config) RegionConfig() region.Config { return c.RegionConfigFor("") }
+
+// profileFor is the engine profile of model's replicas.
+func (c *Config) profileFor(model string) profile.Profile {
+	name := c.Profile
+	if p, ok := c.ModelProfiles[model]; ok {
+		name = p
+	}
+	prof, _ := profile.Lookup(name)
+	return prof
+}
+
+// RegionConfigFor is the configuration of model's pool: the region's,
+// with the model's profile.
+func (c *Config) RegionConfigFor(model string) region.Config {
+	prof := c.profileFor(model)
 	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight,
 		Prefill: policy.PrefillOf(prof), DecodeStep: prof.DecodeStep(), EjectAfter: c.EjectAfter, Retries: c.Retries, DefaultReplicaTokens: c.ReplicaCacheTokens,
 		BlockTokens: max(request.DefaultBlockBytes/max(c.BytesPerToken, 1), 1), Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait,
@@ -287,9 +314,26 @@ func (c *Config) ControlPlane() region.ControlPlane {
 
 // PolicyConfig is every policy's configuration with this proxy's WAN
 // threshold and its replicas' engine profile.
-func (c *Config) PolicyConfig() policy.Config {
-	prof, _ := profile.Lookup(c.Profile)
-	return policy.ConfigFor(prof, c.MaxWANRTT)
+func (c *Config) PolicyConfig() policy.Config { return c.PolicyConfigFor("") }
+
+// PolicyConfigFor is PolicyConfig for the pool of model (its profile).
+func (c *Config) PolicyConfigFor(model string) policy.Config {
+	return policy.ConfigFor(c.profileFor(model), c.MaxWANRTT)
+}
+
+// pinnedReplicas is the URLs of ModelPools.
+func (c *Config) pinnedReplicas() ([]*url.URL, error) {
+	var out []*url.URL
+	for _, model := range slices.Sorted(maps.Keys(c.ModelPools)) {
+		for _, w := range c.ModelPools[model] {
+			u, err := url.Parse(strings.TrimRight(w, "/"))
+			if err != nil || u.Host == "" {
+				return nil, fmt.Errorf("model_pools %s: %q is not a URL", model, w)
+			}
+			out = append(out, u)
+		}
+	}
+	return out, nil
 }
 
 const maxConfigBytes = 1 << 20
@@ -374,6 +418,24 @@ func ParseAliases(s string) (map[string]string, error) {
 			return nil, fmt.Errorf("entry %q: want NAME=VALUE", entry)
 		}
 		out[alias] = model
+	}
+	return out, nil
+}
+
+// ParseModelPools reads a SKYWALKER_MODEL_POOLS value:
+// model=url,url;model2=url.
+func ParseModelPools(s string) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, entry := range strings.Split(s, ";") {
+		if strings.TrimSpace(entry) == "" {
+			continue
+		}
+		model, urls, ok := strings.Cut(entry, "=")
+		model = strings.TrimSpace(model)
+		if !ok || model == "" || len(splitList(urls)) == 0 {
+			return nil, fmt.Errorf("entry %q: want MODEL=URL,URL", entry)
+		}
+		out[model] = append(out[model], splitList(urls)...)
 	}
 	return out, nil
 }

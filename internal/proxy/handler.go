@@ -95,10 +95,16 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		if target, ok := s.cfg.ModelAliases[req.Model]; ok {
 			body = req.RewriteModel(body, target)
 		}
-		if models, known := s.router.models(); known && req.Model != "" && !slices.Contains(models, req.Model) {
-			s.reject(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model", Message: "the model " + strconv.Quote(req.Model) + " is not served here"}, "not_found")
+		base, adapter, refused := s.router.resolve(req.Model)
+		if refused != nil {
+			outcome := "not_found"
+			if refused.Code == apierr.InvalidRequest {
+				outcome = "bad_request"
+			}
+			s.reject(w, refused, outcome)
 			return
 		}
+		req.SetPool(base, adapter)
 		s.serve(w, r, kind, req, body)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"skywalker/internal/apierr"
 	"skywalker/internal/region"
 )
 
@@ -63,10 +64,14 @@ func every(ctx context.Context, d time.Duration, fn func(context.Context)) {
 // initialReplicas returns the pool's URLs from configuration (a DNS pool
 // is resolved once here).
 func initialReplicas(ctx context.Context, cfg Config) ([]*url.URL, error) {
-	if len(cfg.WorkerPool) == 1 && !strings.Contains(cfg.WorkerPool[0], "://") {
-		return lookup(ctx, cfg.WorkerPool[0])
+	out, err := cfg.pinnedReplicas()
+	if err != nil {
+		return nil, err
 	}
-	var out []*url.URL
+	if len(cfg.WorkerPool) == 1 && !strings.Contains(cfg.WorkerPool[0], "://") {
+		found, err := lookup(ctx, cfg.WorkerPool[0])
+		return append(out, found...), err
+	}
 	for _, w := range cfg.WorkerPool {
 		u, err := url.Parse(strings.TrimRight(w, "/"))
 		if err != nil {
@@ -108,7 +113,8 @@ func (p *poolLoops) resolve(ctx context.Context, name string) {
 	if err != nil || len(urls) == 0 {
 		return // keep the last known pool
 	}
-	if err := p.r.SetReplicas(urls); err != nil {
+	pinned, _ := p.cfg.pinnedReplicas() // validated at start
+	if err := p.r.SetReplicas(append(pinned, urls...)); err != nil {
 		p.log.Warn("replica pool", "err", err)
 	}
 }
@@ -248,12 +254,17 @@ const healthTimeout = 2 * time.Second
 // the object exactly as the engine sent it (owned_by, created, max_model_len
 // and whatever else), passed through to clients.
 type modelCard struct {
-	ID  string
-	Raw json.RawMessage
+	ID string
+	// Parent is the base model of a LoRA adapter's card (vLLM lists each
+	// --lora-modules adapter with its base as parent); "" for a base model.
+	Parent string
+	Raw    json.RawMessage
 }
 
-// modelsAll learns which models each replica serves.
+// modelsAll learns which models each replica serves, and places the
+// replicas in their models' pools again when that changed.
 func (p *poolLoops) modelsAll(ctx context.Context) {
+	changed := false
 	for _, rp := range p.snapshot() {
 		resp, err := p.get(ctx, rp, "/v1/models", 2*time.Second)
 		if err != nil {
@@ -264,8 +275,29 @@ func (p *poolLoops) modelsAll(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		rp.models.Store(&cards)
+		old := rp.models.Swap(&cards)
+		changed = changed || old == nil || !sameBases(*old, cards)
 	}
+	if changed {
+		if err := p.r.modelsLearned(); err != nil {
+			p.log.Warn("replica pools", "err", err)
+		}
+	}
+}
+
+// sameBases reports whether two model lists name the same base models.
+func sameBases(a, b []modelCard) bool {
+	bases := func(cards []modelCard) []string {
+		var out []string
+		for _, c := range cards {
+			if c.Parent == "" {
+				out = append(out, c.ID)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(bases(a), bases(b))
 }
 
 // parseModels reads an OpenAI model list; an entry without an id is an
@@ -280,22 +312,63 @@ func parseModels(r io.Reader) ([]modelCard, error) {
 	cards := make([]modelCard, 0, len(list.Data))
 	for i, raw := range list.Data {
 		var m struct {
-			ID string `json:"id"`
+			ID     string  `json:"id"`
+			Parent *string `json:"parent"`
 		}
 		if err := json.Unmarshal(raw, &m); err != nil || m.ID == "" {
 			return nil, fmt.Errorf("model list: entry %d has no id", i)
 		}
-		cards = append(cards, modelCard{ID: m.ID, Raw: raw})
+		c := modelCard{ID: m.ID, Raw: raw}
+		if m.Parent != nil && *m.Parent != m.ID {
+			c.Parent = *m.Parent
+		}
+		cards = append(cards, c)
 	}
 	return cards, nil
 }
 
-// models returns the ids of modelCards.
-func (r *Router) models() ([]string, bool) {
-	cards, known := r.modelCards()
-	out := make([]string, len(cards))
-	for i, c := range cards {
-		out[i] = c.ID
+// resolve names the pool that serves model (aliases already resolved):
+// its base model and LoRA adapter. A model served here or by a peer is
+// its own base; a LoRA adapter a replica lists goes to its parent's pool;
+// a request that names no model goes to the one model this region
+// serves. Anything else goes to the replicas whose models are not known
+// yet, if there are any, else it is refused: 404 with the models that are
+// served, or 400 when the model is missing and several are served.
+func (r *Router) resolve(model string) (base, adapter string, err *apierr.Error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	unknownHere, _ := r.core.Serves("")
+	if model == "" {
+		var local []string
+		for _, m := range r.core.Models() {
+			if here, _ := r.core.Serves(m); here {
+				local = append(local, m)
+			}
+		}
+		if len(local) == 1 {
+			return local[0], "", nil
+		}
+		if len(local) > 1 {
+			return "", "", &apierr.Error{Code: apierr.InvalidRequest, Param: "model",
+				Message: fmt.Sprintf("the request names no model and this region serves several: %s", strings.Join(r.core.ServedModels(), ", "))}
+		}
+	} else {
+		if here, peers := r.core.Serves(model); here || peers {
+			return model, "", nil
+		}
+		for _, rp := range r.replicas {
+			if cards := rp.models.Load(); cards != nil {
+				for _, c := range *cards {
+					if c.ID == model && c.Parent != "" {
+						return c.Parent, model, nil
+					}
+				}
+			}
+		}
 	}
-	return out, known
+	if unknownHere {
+		return "", "", nil
+	}
+	return "", "", &apierr.Error{Code: apierr.ModelNotFound, Param: "model",
+		Message: fmt.Sprintf("the model %q is not served here or by any peer region (served: %s)", model, strings.Join(r.core.ServedModels(), ", "))}
 }

@@ -228,7 +228,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		timer := x.watchFirstByte(o, cancel)
 		answered := func() {}
 		if o.replica != nil {
-			answered = x.s.router.awaitingFirstByte(o.replica.handle, cancel)
+			answered = x.s.router.awaitingFirstByte(o.Replica, cancel)
 		}
 		resp, sendErr := x.send(actx, o, body)
 		if sendErr == nil && acceptable(o, resp) {

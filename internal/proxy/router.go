@@ -28,9 +28,10 @@ type PeerSource interface {
 }
 
 // replica is the HTTP side of one local inference server: where it is and
-// which models it serves. Its routing state is its region.Replica.
+// which models it serves. Its routing state is a region.Replica in the
+// pool of each model it serves.
 type replica struct {
-	handle *region.Replica
+	host   string // its name in the pools: host:port
 	url    *url.URL
 	models atomic.Pointer[[]modelCard] // nil until /v1/models answered
 	scrape scrapeState                 // owned by the scrape loop (one round at a time)
@@ -39,19 +40,20 @@ type replica struct {
 	answered atomic.Int64
 }
 
-func (rp *replica) name() string { return rp.handle.Name() }
+func (rp *replica) name() string { return rp.host }
 
 // Router is where a request is routed: one mutex around the region core
-// (internal/region), which owns the balancer, the replicas' state, the
-// prefix index and the peers' snapshot and builds every policy view. The
-// router adds only what HTTP needs: replicas' URLs, waiting handlers, and
-// a ring of recent decisions. Every method is safe for concurrent use, and
-// the lock is held only for in-memory work.
+// (internal/region: a pool per model, each owning its balancer, its
+// replicas' state and prefix index, and the peers' snapshot, and building
+// every policy view). The router adds only what HTTP needs: replicas'
+// URLs and which models they serve, waiting handlers, and a ring of
+// recent decisions. Every method is safe for concurrent use, and the lock
+// is held only for in-memory work.
 type Router struct {
 	mu       sync.Mutex
 	cfg      Config
-	core     *region.Region
-	replicas []*replica // in the core's order
+	core     *region.Pools
+	replicas []*replica // sorted by host
 	mesh     PeerSource
 	waiters  map[*request.Request]chan routed
 	// unanswered are the attempts at each replica still waiting for their
@@ -81,7 +83,10 @@ type Decision struct {
 
 // RouterOptions are a router's collaborators.
 type RouterOptions struct {
-	Policy policy.Policy
+	// Policy routes every model's pool, unless PolicyFor gives a pool
+	// its own (its profile's costs).
+	Policy    policy.Policy
+	PolicyFor func(model string) (policy.Policy, error)
 	Peers  PeerSource       // nil for a single region; SetPeers attaches it later
 	Clock  func() time.Time // default time.Now
 	// Observe, if set, sees every attempt the core delivers, once, with
@@ -99,57 +104,106 @@ func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
 	if r.now == nil {
 		r.now = time.Now
 	}
-	rc := cfg.RegionConfig()
-	rc.OnDistrust = opts.OnDistrust
-	core, err := region.New(rc, opts.Policy, r.delivered)
-	if err != nil {
-		return nil, err
+	policyFor := opts.PolicyFor
+	if policyFor == nil {
+		if opts.Policy == nil {
+			return nil, errors.New("router: a policy is required")
+		}
+		policyFor = func(string) (policy.Policy, error) { return opts.Policy, nil }
 	}
-	r.core = core
+	r.core = region.NewPools(func(model string) region.Config {
+		rc := cfg.RegionConfigFor(model)
+		rc.OnDistrust = opts.OnDistrust
+		return rc
+	}, policyFor, r.delivered)
 	return r, nil
 }
 
 // SetReplicas makes the pool exactly urls (sorted by host), keeping the
-// state of replicas that stay and forgetting those that left.
+// state of replicas that stay and forgetting those that left; each goes
+// to the pools of the models it serves (see placeReplicas).
 func (r *Router) SetReplicas(urls []*url.URL) error {
 	urls = slices.Clone(urls)
 	slices.SortFunc(urls, func(a, b *url.URL) int { return strings.Compare(a.Host, b.Host) })
 	urls = slices.CompactFunc(urls, func(a, b *url.URL) bool { return a.Host == b.Host })
-	names := make([]string, len(urls))
-	for i, u := range urls {
-		names[i] = u.Host
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	err := r.core.SetReplicas(region.Specs(names...))
-	byName := map[string]*replica{}
+	byHost := map[string]*replica{}
 	for _, rp := range r.replicas {
-		byName[rp.name()] = rp
+		byHost[rp.host] = rp
 	}
 	r.replicas = r.replicas[:0]
-	for _, h := range r.core.Replicas() {
-		rp := byName[h.Name()]
+	for _, u := range urls {
+		rp := byHost[u.Host]
 		if rp == nil {
-			rp = &replica{handle: h}
+			rp = &replica{host: u.Host}
 		}
-		for _, u := range urls {
-			if u.Host == h.Name() {
-				rp.url = u
-			}
-		}
+		rp.url = u
 		r.replicas = append(r.replicas, rp)
 	}
-	return err
+	return r.placeReplicas()
+}
+
+// placeReplicas puts every replica in the pool of each model it serves:
+// those the operator pinned it to (model_pools), else the base models its
+// /v1/models lists (an adapter's card names its base as parent); a
+// replica whose models are not known yet goes to the pool of the unnamed
+// model "", which serves what no known pool does. Called with mu held,
+// after the replicas or their models changed.
+func (r *Router) placeReplicas() error {
+	byModel := map[string][]region.ReplicaSpec{}
+	for _, rp := range r.replicas {
+		for _, m := range r.modelsOf(rp) {
+			byModel[m] = append(byModel[m], region.ReplicaSpec{Name: rp.host})
+		}
+	}
+	return r.core.SetReplicas(byModel)
+}
+
+// modelsOf is the base models rp serves (see placeReplicas).
+func (r *Router) modelsOf(rp *replica) []string {
+	var out []string
+	for model, urls := range r.cfg.ModelPools {
+		for _, u := range urls {
+			if pu, err := url.Parse(u); err == nil && pu.Host == rp.host {
+				out = append(out, model)
+			}
+		}
+	}
+	if len(out) > 0 {
+		slices.Sort(out)
+		return out
+	}
+	cards := rp.models.Load()
+	if cards == nil {
+		return []string{""}
+	}
+	for _, c := range *cards {
+		if c.Parent == "" {
+			out = append(out, c.ID)
+		}
+	}
+	if len(out) == 0 {
+		return []string{""}
+	}
+	return out
+}
+
+// modelsLearned places the replicas again after rp's /v1/models answered
+// with a different list.
+func (r *Router) modelsLearned() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.placeReplicas()
 }
 
 // replicaOf returns the HTTP side of a core replica. Called with r.mu held.
 func (r *Router) replicaOf(h *region.Replica) *replica {
-	for _, rp := range r.replicas {
-		if rp.handle == h {
-			return rp
-		}
+	i, ok := slices.BinarySearchFunc(r.replicas, h.Name(), func(rp *replica, host string) int { return strings.Compare(rp.host, host) })
+	if !ok {
+		return nil
 	}
-	return nil
+	return r.replicas[i]
 }
 
 // routed is a delivered attempt, with its replica's HTTP side.
@@ -387,50 +441,62 @@ func (r *Router) setPeerSource(p PeerSource) {
 	r.mu.Unlock()
 }
 
-// ObserveScrape records one scrape of the named replica: the status and
-// body of its /metrics answer (status 0: the scrape failed). A page
-// without vLLM or SGLang names leaves the engine's queue unknown. It
-// reports whether the engine exposed queue metrics.
-func (r *Router) ObserveScrape(replica string, mark region.ScrapeMark, status int, page io.Reader) bool {
+// ScrapeMark is where the named replica's counters stood, in each pool it
+// serves, when a scrape of its engine began.
+type ScrapeMark map[*region.Replica]region.ScrapeMark
+
+// ObserveScrape records one scrape of the named replica, in every pool it
+// serves: the status and body of its /metrics answer (status 0: the
+// scrape failed). A page without vLLM or SGLang names leaves the engine's
+// queue unknown. It reports whether the engine exposed queue metrics.
+func (r *Router) ObserveScrape(replica string, mark ScrapeMark, status int, page io.Reader) bool {
 	var m region.Metrics
 	if status == http.StatusOK && page != nil {
 		m, _ = parseEngineMetrics(page)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h := r.core.Replica(replica); h != nil {
-		r.core.ScrapedSince(h, m, mark)
-	}
+	r.core.ForReplica(replica, func(pool *region.Region, h *region.Replica) {
+		if at, ok := mark[h]; ok {
+			pool.ScrapedSince(h, m, at)
+		} else {
+			pool.Scraped(h, m) // it joined the pool while the scrape was out
+		}
+	})
 	return m.Known
 }
 
 // MarkScrape is called as a scrape of the named replica begins; its mark
 // goes to ObserveScrape.
-func (r *Router) MarkScrape(replica string) region.ScrapeMark {
+func (r *Router) MarkScrape(replica string) ScrapeMark {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h := r.core.Replica(replica); h != nil {
-		return r.core.MarkScrape(h)
-	}
-	return region.ScrapeMark{}
+	marks := ScrapeMark{}
+	r.core.ForReplica(replica, func(pool *region.Region, h *region.Replica) { marks[h] = pool.MarkScrape(h) })
+	return marks
 }
 
 // ObserveHealth records one health check of the named replica.
 func (r *Router) ObserveHealth(replica string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if h := r.core.Replica(replica); h != nil {
-		r.core.HealthChecked(h, ok)
+	r.core.ForReplica(replica, func(pool *region.Region, h *region.Replica) {
+		pool.HealthChecked(h, ok)
 		r.endUnansweredIfEjected(h)
-	}
+	})
 }
 
-// View returns a copy of the view the policy would route req by now.
+// View returns a copy of the view the policy would route req by now (in
+// the pool of its base model; empty if there is none).
 func (r *Router) View(req *request.Request) policy.View {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	v := r.core.View(req)
-	v.Local.Queued = r.core.Queued()
+	pool := r.core.Pool(req.Base)
+	if pool == nil {
+		return policy.View{}
+	}
+	v := pool.View(req)
+	v.Local.Queued = pool.Queued()
 	return policy.View{Local: cloneLocal(v.Local), Peers: slices.Clone(v.Peers)}
 }
 
@@ -463,6 +529,7 @@ type snapshot struct {
 
 // replicaState is one replica as the core holds it, copied.
 type replicaState struct {
+	model                                   string // the pool's
 	name                                    string
 	healthy                                 bool
 	inFlight                                int
@@ -489,13 +556,15 @@ func (r *Router) replicaSides() []*replica {
 func (r *Router) snapshot() snapshot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := snapshot{policy: r.core.Policy().Name(), queued: r.core.Queued(), replicas: slices.Clone(r.replicas),
+	out := snapshot{policy: r.cfg.Policy, queued: r.core.Queued(), replicas: slices.Clone(r.replicas),
 		peers: slices.Clone(r.core.Peers()), held: r.core.Held(r.now()), heldBy: map[heldKey]int{}}
-	for _, h := range r.core.Replicas() {
-		out.states = append(out.states, replicaState{name: h.Name(), healthy: h.Healthy(), inFlight: h.InFlight(), metrics: h.Metrics(),
-			indexedBlocks: r.core.IndexedBlocks(h), dispatchCap: r.core.DispatchCap(h), cacheTokens: r.core.BelievedCacheTokens(h),
-			truth: r.core.Truth(h)})
-	}
+	r.core.Each(func(model string, pool *region.Region) {
+		for _, h := range pool.Replicas() {
+			out.states = append(out.states, replicaState{model: model, name: h.Name(), healthy: h.Healthy(), inFlight: h.InFlight(), metrics: h.Metrics(),
+				indexedBlocks: pool.IndexedBlocks(h), dispatchCap: pool.DispatchCap(h), cacheTokens: pool.BelievedCacheTokens(h),
+				truth: pool.Truth(h)})
+		}
+	})
 	r.core.HeldBy(func(class request.Class, tenant string, n int) { out.heldBy[heldKey{class, tenant}] += n })
 	for i := range len(r.recent) {
 		if d := r.recent[(r.recentNext+i)%len(r.recent)]; d.ID != "" {
@@ -506,11 +575,14 @@ func (r *Router) snapshot() snapshot {
 }
 
 // Decide returns the decision the policy would make for req now, without
-// routing it.
+// routing it (a rejection when no pool serves its model here).
 func (r *Router) Decide(req *request.Request) policy.Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.core.Decide(req)
+	if pool := r.core.Pool(req.Base); pool != nil {
+		return pool.Decide(req)
+	}
+	return policy.Decision{Action: policy.Reject, Reason: policy.ReasonNoRegion}
 }
 
 // Load implements mesh.Source: this node's load summary.

@@ -102,6 +102,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, bodies: newBodyLedger(cfg.BodyBudget, cfg.ClientBodyBudget), noisy: lograte.New(NoisyLogEvery, time.Now),
 		demand: newDemand(cfg.Region), upstream: transport, started: time.Now()}
 	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers, Observe: s.observe,
+		PolicyFor: func(model string) (policy.Policy, error) { return policy.New(cfg.Policy, cfg.PolicyConfigFor(model)) },
 		OnDistrust: func(peer, reason string) {
 			s.log.Warn("peer region distrusted: its forwards fail or it does not deliver what it claims", "peer", peer, "why", reason)
 		}})
@@ -147,9 +148,10 @@ func (s *Server) SetGossipAddr(addr string) { s.gossipAddr.Store(&addr) }
 // Handler is the proxy's HTTP handler.
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Start resolves the worker pool, reads every replica's metrics once (so
-// the first requests are routed on what the engines report, not on
-// guesses: at most a second when an engine does not answer), and runs the
+// Start resolves the worker pool, reads every replica's models and
+// metrics once (so the first requests go to the right model's pool and
+// are routed on what the engines report, not on guesses: at most a few
+// seconds when an engine does not answer), and runs the
 // background loops (scrapes, health checks, queue pumping) until ctx ends.
 func (s *Server) Start(ctx context.Context) error {
 	urls, err := initialReplicas(ctx, s.cfg)
@@ -159,6 +161,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.router.SetReplicas(urls); err != nil {
 		s.log.Warn("replica pool", "err", err)
 	}
+	s.loops.modelsAll(ctx)
 	s.loops.scrapeAll(ctx)
 	go s.loops.run(ctx)
 	// Pump held requests even when nothing else happens: deadlines, fresh peer data.

@@ -53,6 +53,7 @@ const (
 	kindPeers   // region:address,...
 	kindRTTs    // region=rtt,...
 	kindAliases // alias=model,...
+	kindPools   // model=url,url;model=url
 )
 
 var kindOf = map[reflect.Type]kind{
@@ -64,6 +65,7 @@ var kindOf = map[reflect.Type]kind{
 	reflect.TypeFor[[]PeerSeed]():               kindPeers,
 	reflect.TypeFor[map[string]time.Duration](): kindRTTs,
 	reflect.TypeFor[map[string]string]():        kindAliases,
+	reflect.TypeFor[map[string][]string]():      kindPools,
 }
 
 // Settings is every proxy setting, in the order the README lists them.
@@ -78,7 +80,11 @@ var settings = describe([]Setting{
 		Derived: "none: resident requests stay in their own jurisdiction's region", check: peerJurisdictions},
 	{Field: "NodeID", Env: "SKYWALKER_NODE_ID", Help: "this proxy's id in the mesh, one per proxy", Derived: "region@advertise URL"},
 	{Field: "WorkerPool", Env: "LOCAL_WORKER_POOL", Flag: "workers", Help: "the region's replicas: base URLs, comma-separated, or one DNS name (optionally :port) whose A records are the replicas, re-resolved",
-		Derived: "required", check: workerPool},
+		Derived: "required, unless model_pools lists them", check: workerPool},
+	{Field: "ModelPools", Env: "SKYWALKER_MODEL_POOLS", Help: "replicas pinned to the models they serve, model=url,url;model2=url: routed that model's requests whatever their /v1/models says (replicas of worker_pool are placed by what their /v1/models lists: each base model, and a LoRA adapter's parent)",
+		Derived: "none: learned from /v1/models", check: modelPools},
+	{Field: "ModelProfiles", Env: "SKYWALKER_MODEL_PROFILES", Help: "the engine profile of each model's replicas, model=profile,... (e.g. llama-70b=llama3-70b-h100x4); other models use profile",
+		Derived: "none: profile for every model", check: is(modelProfiles)},
 	{Field: "Peers", Env: "PEER_REGIONS", Help: "the other regions' proxies, mesh seeds: region:URL (asked for its gossip address) or region:host:port (the gossip address), comma-separated",
 		Derived: "none: one region", check: peers},
 	{Field: "Listen", Env: "SKYWALKER_LISTEN", Help: "the client HTTP listener", check: is(hostPort)},
@@ -178,7 +184,7 @@ func (s Setting) Type() string {
 	if s.Millis {
 		return "ms"
 	}
-	return [...]string{"string", "int", "bool", "duration", "list", "peers", "region=rtt", "name=value"}[s.kind]
+	return [...]string{"string", "int", "bool", "duration", "list", "peers", "region=rtt", "name=value", "model=url,url;..."}[s.kind]
 }
 
 // IsBool reports whether the setting is true or false (a flag without a
@@ -235,6 +241,8 @@ func (s Setting) parse(text string) (any, error) {
 		return ParseEmulateWAN(text)
 	case kindAliases:
 		return ParseAliases(text)
+	case kindPools:
+		return ParseModelPools(text)
 	}
 	return text, nil
 }
@@ -270,6 +278,12 @@ func (s Setting) Format(c *Config) string {
 		return joinMap(v, shortDuration)
 	case map[string]string:
 		return joinMap(v, func(s string) string { return s })
+	case map[string][]string:
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			parts = append(parts, k+"="+strings.Join(v[k], ","))
+		}
+		return strings.Join(parts, ";")
 	}
 	return fmt.Sprint(s.value(c))
 }
@@ -444,6 +458,22 @@ func headerName(v string) string {
 	return ""
 }
 
+func modelPools(v any, c *Config) string {
+	if _, err := c.pinnedReplicas(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+func modelProfiles(m map[string]string) string {
+	for model, name := range m {
+		if msg := profileName(name); msg != "" {
+			return model + ": " + msg
+		}
+	}
+	return ""
+}
+
 func aliases(m map[string]string) string {
 	for alias, model := range m {
 		if alias == "" || model == "" || alias == model {
@@ -453,10 +483,10 @@ func aliases(m map[string]string) string {
 	return ""
 }
 
-func workerPool(v any, _ *Config) string {
+func workerPool(v any, c *Config) string {
 	pool := v.([]string)
-	if len(pool) == 0 {
-		return "list at least one replica URL or a DNS name"
+	if len(pool) == 0 && len(c.ModelPools) == 0 {
+		return "list at least one replica URL or a DNS name (or pin replicas to models with model_pools)"
 	}
 	for i, w := range pool {
 		if strings.Contains(w, "://") {

@@ -58,6 +58,8 @@ func sampleFor(s Setting) (text, yaml string) {
 		return "eu-west=72ms", "{eu-west: 72ms}"
 	case kindAliases:
 		return "public=meta-llama/Llama-3.1-8B", "{public: meta-llama/Llama-3.1-8B}"
+	case kindPools:
+		return "llama-8b=http://a:8000,http://b:8000;llama-70b=http://c:8000", "{llama-8b: ['http://a:8000', 'http://b:8000'], llama-70b: ['http://c:8000']}"
 	}
 	return "sample-value", "sample-value"
 }

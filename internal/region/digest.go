@@ -3,7 +3,9 @@ package region
 import "skywalker/internal/digest"
 
 // digestPublisher keeps the Bloom digest of the blocks the region's prefix
-// index holds, for peers to match requests against.
+// indexes hold, for peers to match requests against: one Region's, or
+// every pool's of a Pools (their blocks are salted by model and adapter,
+// so one filter serves them all).
 //
 // Blocks are added to a live filter as the index learns them, so a publish
 // costs a copy of the filter, not a scan of the index. Evicted blocks stay
@@ -14,7 +16,7 @@ import "skywalker/internal/digest"
 // cache size changed by more than half. It is sized at twice the replicas'
 // KV capacity, in blocks, so rebuilds are rare.
 type digestPublisher struct {
-	region    *Region
+	sources   []*Region
 	live      *digest.Digest
 	published *digest.Digest
 	capacity  uint // blocks the live filter is sized for
@@ -36,10 +38,11 @@ func (p *digestPublisher) learn(hash uint64) {
 
 // wantCapacity is twice the replicas' KV capacity in blocks.
 func (p *digestPublisher) wantCapacity() uint {
-	r := p.region
 	blocks := 0
-	for _, rp := range r.replicas {
-		blocks += r.capacityTokens(rp) / r.cfg.BlockTokens
+	for _, r := range p.sources {
+		for _, rp := range r.replicas {
+			blocks += r.capacityTokens(rp) / r.cfg.BlockTokens
+		}
 	}
 	return uint(max(2*blocks, 1024))
 }
@@ -47,14 +50,20 @@ func (p *digestPublisher) wantCapacity() uint {
 // Digest returns the digest to publish: the same value while nothing
 // changed, else a snapshot with a higher Generation. A returned digest is
 // never modified afterwards, so it may be shared with other goroutines.
-func (r *Region) Digest() *digest.Digest {
-	p := &r.digests
+func (r *Region) Digest() *digest.Digest { return r.digests.digest() }
+
+func (p *digestPublisher) digest() *digest.Digest {
 	want := p.wantCapacity()
 	if p.live == nil || p.stale || p.added > p.capacity || want > p.capacity || want < p.capacity/2 {
 		p.capacity = want
-		p.live = digest.New(r.cfg.Name, r.cfg.Node, 0, p.capacity, digest.DefaultFalsePositiveRate)
-		r.index.ForEachBlock(p.live.Add)
-		p.added, p.stale, p.changed = uint(r.index.Blocks()), false, true
+		first := p.sources[0].cfg
+		p.live = digest.New(first.Name, first.Node, 0, p.capacity, digest.DefaultFalsePositiveRate)
+		p.added = 0
+		for _, r := range p.sources {
+			r.index.ForEachBlock(p.live.Add)
+			p.added += uint(r.index.Blocks())
+		}
+		p.stale, p.changed = false, true
 	}
 	if p.changed || p.published == nil {
 		p.gen++

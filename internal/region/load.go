@@ -33,6 +33,31 @@ type Load struct {
 	// Draining: the node is shutting down. Peers stop forwarding to it at
 	// once; it still forwards and serves what it holds.
 	Draining bool
+	// Models is the load of each model the node serves (its pools with
+	// replicas, see Pools), each with Model set; the fields above are
+	// their aggregate. Empty from a node of a release before pools
+	// (mesh wire version 7): it is taken to serve every model, as its
+	// aggregate.
+	Models []Load
+	// Model is the model a per-model load is for ("" in the aggregate).
+	Model string
+}
+
+// ForModel is the load for model: its entry in Models; the aggregate when
+// the summary has no Models (a node of an earlier release serves one
+// model, whichever it is asked for). ok is false when the node does not
+// serve model.
+func (l *Load) ForModel(model string) (Load, bool) {
+	if len(l.Models) == 0 {
+		return *l, true
+	}
+	for _, m := range l.Models {
+		if m.Model == model {
+			m.Draining = l.Draining
+			return m, true
+		}
+	}
+	return Load{}, false
 }
 
 // Load is the region's summary as of now, as this node publishes it.
@@ -127,6 +152,35 @@ type Peer struct {
 	// from its load summaries (zero before any): how its forwarding
 	// markers' times are read.
 	ClockOffset time.Duration
+}
+
+// Serves reports whether the peer region is live and its summaries list
+// model among those it serves (one of an earlier release lists none: it
+// may be forwarded a model this region serves, never one it does not
+// know of).
+func (p *Peer) Serves(model string) bool {
+	if !p.Healthy {
+		return false
+	}
+	for _, m := range p.Load.Models {
+		if m.Model == model {
+			return true
+		}
+	}
+	return false
+}
+
+// ForModel is the peer as a pool of model sees it: its load for that
+// model; ok is false when it does not serve model.
+func (p *Peer) ForModel(model string) (Peer, bool) {
+	l, ok := p.Load.ForModel(model)
+	if !ok {
+		return Peer{}, false
+	}
+	q := *p
+	q.Load = l
+	q.Load.Models = nil
+	return q, true
 }
 
 // Policy converts the peer to the routing view's form (the prefix match is

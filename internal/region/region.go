@@ -99,7 +99,7 @@ type Region struct {
 	loadReps   []policy.Replica // Load's scratch
 	matched    []int
 	deliver    func(*Attempt)
-	digests    digestPublisher
+	digests    *digestPublisher // its own, or the one its Pools share
 	bookings   map[*request.Request]*booking // dispatched, not ended
 	retries    map[*request.Request]retried  // routed again, not yet delivered
 	bias       ratioEWMA                     // actual over estimated time to first token
@@ -133,7 +133,7 @@ func New(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*Region, error)
 		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
 		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]retried{}, tenantBias: map[flow]*ratioEWMA{},
 		trust: map[string]*peerTrust{}}
-	r.digests.region = r
+	r.digests = &digestPublisher{sources: []*Region{r}}
 	return r, nil
 }
 

@@ -98,6 +98,7 @@ func (r *Replica) Healthy() bool { return r.healthy }
 // ReplicaState is a replica's bookkeeping as the core holds it: for the
 // debug endpoint and the drivers' parity test.
 type ReplicaState struct {
+	Model                string // its pool's (Pools.ReplicaStates); "" from a Region
 	Name                 string
 	Healthy, Probation   bool
 	InFlight             int

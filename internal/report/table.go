@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -52,6 +53,20 @@ var columns = []column{
 	{"utilization", func(r *results.Result) string { return utilization(r) }},
 }
 
+// adapterLoads is the column shown when some run loaded LoRA adapters.
+var adapterLoads = column{"adapter loads", func(r *results.Result) string { return fmt.Sprint(r.AdapterLoads) }}
+
+// columnsFor is the columns for rep: adapter loads too when some run had
+// them.
+func columnsFor(rep *results.Report) []column {
+	for _, r := range rep.Results {
+		if r.AdapterLoads > 0 {
+			return append(slices.Clone(columns[:len(columns)-1]), adapterLoads, columns[len(columns)-1])
+		}
+	}
+	return columns
+}
+
 func utilization(r *results.Result) string {
 	names := make([]string, 0, len(r.Utilization))
 	for n := range r.Utilization {
@@ -69,6 +84,7 @@ func utilization(r *results.Result) string {
 func Table(w io.Writer, rep *results.Report) error {
 	fmt.Fprintf(w, "scenario %s, seed %d, lengths from %s\n\n", rep.Scenario, rep.Seed, rep.Lengths)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	columns := columnsFor(rep)
 	for i, c := range columns {
 		sep := "\t"
 		if i == len(columns)-1 {
@@ -95,7 +111,7 @@ func Table(w io.Writer, rep *results.Report) error {
 // many tenants (the JSON always has them all).
 const maxTableTenants = 4
 
-// breakdowns writes, for runs with more than one tenant (up to
+// breakdowns writes, for runs with more than one model, tenant (up to
 // maxTenants) or priority class, how each fared:
 // requests, refused on arrival, shed, SLO attainment of all and of the
 // admitted, goodput.
@@ -107,7 +123,7 @@ func breakdowns(w io.Writer, rep *results.Report, markdown bool, maxTenants int)
 		for _, kind := range []struct {
 			label string
 			m     map[string]results.GroupStats
-		}{{"tenant", r.Tenants}, {"priority", r.Classes}} {
+		}{{"model", r.Models}, {"tenant", r.Tenants}, {"priority", r.Classes}} {
 			if len(kind.m) < 2 || (kind.label == "tenant" && len(kind.m) > maxTenants) {
 				continue
 			}
@@ -133,14 +149,14 @@ func breakdowns(w io.Writer, rep *results.Report, markdown bool, maxTenants int)
 	}
 	if markdown {
 		var b strings.Builder
-		b.WriteString("\nBy tenant and priority class:\n\n| " + strings.Join(heads, " | ") + " |\n|---|---|" + strings.Repeat("---:|", len(heads)-2) + "\n")
+		b.WriteString("\nBy model, tenant and priority class:\n\n| " + strings.Join(heads, " | ") + " |\n|---|---|" + strings.Repeat("---:|", len(heads)-2) + "\n")
 		for i := range rows {
 			b.WriteString("| " + strings.Join(cells(i), " | ") + " |\n")
 		}
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
-	fmt.Fprintln(w, "\nby tenant and priority class:")
+	fmt.Fprintln(w, "\nby model, tenant and priority class:")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, strings.Join(heads, "\t")+"\t")
 	for i := range rows {
@@ -153,6 +169,7 @@ func breakdowns(w io.Writer, rep *results.Report, markdown bool, maxTenants int)
 // SkyWalker against each policy, as the README shows them.
 func Markdown(w io.Writer, rep *results.Report) error {
 	var b strings.Builder
+	columns := columnsFor(rep)
 	fmt.Fprintf(&b, "Scenario `%s`, seed %d, prompt/output lengths from %s.\n\n", rep.Scenario, rep.Seed, rep.Lengths)
 	b.WriteString("|")
 	for _, c := range columns {

@@ -28,8 +28,15 @@ type Request struct {
 	ID     string // unique per request; assigned by the driver
 	Region string // ingress region: where the client connected
 
-	Model        string
-	modelAt      [2]int // the model's JSON string in the body, quotes included; zero if none
+	Model   string
+	modelAt [2]int // the model's JSON string in the body, quotes included; zero if none
+	// Base is the base model whose pool serves the request (the model it
+	// names, or a LoRA adapter's parent) and Adapter the LoRA adapter it
+	// names, if any (see SetPool): "" and "" in a fleet of one unnamed
+	// model (the simulator's single-model scenarios).
+	Base, Adapter string
+	salt          uint64 // what the blocks are salted with (PoolSalt)
+
 	PromptTokens int    // estimated prompt tokens
 	MaxTokens    int    // requested output limit; 0 when the client gave none
 
@@ -166,6 +173,32 @@ func HashBlocks(dst []uint64, rendered []byte, blockBytes int, seed uint64) []ui
 	c := blockChain{blockBytes: blockBytes, seed: seed, parent: seed, blocks: dst}
 	c.hash(rendered)
 	return c.blocks
+}
+
+// PoolSalt is what the blocks of a request for base model base and LoRA
+// adapter adapter are salted with: zero for neither, else a hash of both,
+// so that two models, or two adapters of one model, never share a cached
+// prefix (vLLM folds the LoRA id into its block hashes too) while every
+// proxy and every region salts alike.
+func PoolSalt(base, adapter string) uint64 {
+	if base == "" && adapter == "" {
+		return 0
+	}
+	return xxh3.HashString(base + "\x00" + adapter)
+}
+
+// SetPool names the pool that serves the request — its base model and
+// LoRA adapter — and salts its blocks by them (PoolSalt), replacing any
+// earlier salt. The salt is XORed into every chained hash: block i still
+// stands for the whole prompt up to it, now under that model.
+func (r *Request) SetPool(base, adapter string) {
+	salt := PoolSalt(base, adapter)
+	if d := salt ^ r.salt; d != 0 {
+		for i := range r.Blocks {
+			r.Blocks[i] ^= d
+		}
+	}
+	r.Base, r.Adapter, r.salt = base, adapter, salt
 }
 
 // RewriteModel returns body with the request's model replaced by model

@@ -70,6 +70,11 @@ type Result struct {
 	// class, when it has more than one of either.
 	Tenants map[string]GroupStats `json:"tenants,omitempty"`
 	Classes map[string]GroupStats `json:"classes,omitempty"`
+	// Models breaks the run down by base model, when it served several.
+	Models map[string]GroupStats `json:"models,omitempty"`
+	// AdapterLoads is how many LoRA adapters the engines loaded into a
+	// slot (simulator only; zero without adapters).
+	AdapterLoads int64 `json:"adapter_loads,omitempty"`
 
 	Makespan float64 `json:"makespan_s"`
 	Events   int64   `json:"events,omitempty"`
@@ -223,9 +228,9 @@ type Sample struct {
 	// apierr code such as overloaded, shed or queue_timeout, or
 	// client_timeout.
 	Dropped string
-	// Tenant and Class group the request for the breakdowns ("" and
-	// "standard" when unknown).
-	Tenant, Class string
+	// Tenant, Class and Model group the request for the breakdowns (""
+	// and "standard" when unknown; Model is the base model).
+	Tenant, Class, Model string
 }
 
 // Collector turns samples into a Result. It keeps three numbers per
@@ -248,6 +253,7 @@ type Collector struct {
 	regionOrder         []string
 	refused, shed       int
 	tenants, classes    map[string]*groupAcc
+	models              map[string]*groupAcc
 }
 
 // groupAcc accumulates a GroupStats.
@@ -287,7 +293,8 @@ type regionAcc struct {
 // NewCollector returns an empty collector judging TTFT against slo (zero:
 // every completed request meets it).
 func NewCollector(slo request.SLO) *Collector {
-	return &Collector{slo: slo, drops: map[string]int{}, regions: map[string]*regionAcc{}, tenants: map[string]*groupAcc{}, classes: map[string]*groupAcc{}}
+	return &Collector{slo: slo, drops: map[string]int{}, regions: map[string]*regionAcc{}, tenants: map[string]*groupAcc{}, classes: map[string]*groupAcc{},
+		models: map[string]*groupAcc{}}
 }
 
 func (c *Collector) region(name string) *regionAcc {
@@ -315,9 +322,10 @@ func (c *Collector) Add(s Sample) {
 	if class == "" {
 		class = "standard"
 	}
-	tg, cg := group(c.tenants, s.Tenant), group(c.classes, class)
+	tg, cg, mg := group(c.tenants, s.Tenant), group(c.classes, class), group(c.models, s.Model)
 	tg.requests++
 	cg.requests++
+	mg.requests++
 	if s.Dropped != "" {
 		c.drops[s.Dropped]++
 		in.stats.Dropped++
@@ -326,11 +334,13 @@ func (c *Collector) Add(s Sample) {
 			c.refused++
 			tg.refused++
 			cg.refused++
+			mg.refused++
 			in.stats.Refused++
 		case s.Dropped == "shed":
 			c.shed++
 			tg.shed++
 			cg.shed++
+			mg.shed++
 			in.stats.Shed++
 		}
 		inf := math.Inf(1)
@@ -357,6 +367,7 @@ func (c *Collector) Add(s Sample) {
 		c.sloHits++
 		tg.hits++
 		cg.hits++
+		mg.hits++
 	}
 	if s.Served == s.Ingress || s.Served == "" {
 		in.stats.ServedLocal++
@@ -417,7 +428,7 @@ func (c *Collector) Result(policy string) *Result {
 		}
 		return out
 	}
-	res.Tenants, res.Classes = breakdown(c.tenants), breakdown(c.classes)
+	res.Tenants, res.Classes, res.Models = breakdown(c.tenants), breakdown(c.classes), breakdown(c.models)
 	if c.in > 0 {
 		res.CacheHitRate = Round(float64(c.cached)/float64(c.in), 4)
 	}

@@ -26,6 +26,41 @@ type RegionSpec struct {
 	// (as a server without vllm:cache_config_info), and the routers size
 	// their prefix index by this until cache truth corrects it.
 	BelievedCacheTokens int
+	// Pools, if set, are the region's replicas per model, and Replicas,
+	// Profile, MaxNumSeqs and KVBlocks above are not used: a fleet of
+	// several models. Empty: one pool of the unnamed model "".
+	Pools []PoolSpec
+}
+
+// PoolSpec is one model's replicas in a region.
+type PoolSpec struct {
+	Model    string // the base model; "" for a fleet of one unnamed model
+	Replicas int
+	Profile  profile.Profile
+	// MaxNumSeqs and KVBlocks override the profile's engine defaults.
+	MaxNumSeqs int
+	KVBlocks   int
+	// MaxLoRAs and LoRALoad are the engines' LoRA adapter slots and the
+	// time to load one (engine.Config); zero: the model has no adapters.
+	MaxLoRAs int
+	LoRALoad time.Duration
+}
+
+// PoolSpecs is the region's pools: Pools, or one of the unnamed model.
+func (s RegionSpec) PoolSpecs() []PoolSpec {
+	if len(s.Pools) > 0 {
+		return s.Pools
+	}
+	return []PoolSpec{{Replicas: s.Replicas, Profile: s.Profile, MaxNumSeqs: s.MaxNumSeqs, KVBlocks: s.KVBlocks}}
+}
+
+// TotalReplicas is the region's replicas over every pool.
+func (s RegionSpec) TotalReplicas() int {
+	n := 0
+	for _, p := range s.PoolSpecs() {
+		n += p.Replicas
+	}
+	return n
 }
 
 // FaultKind names a fault on the timeline.
@@ -129,11 +164,17 @@ func (c *Config) withDefaults() error {
 		}
 	}
 	for _, r := range c.Regions {
-		if r.Replicas < 1 {
+		n := r.TotalReplicas()
+		if n < 1 {
 			return fmt.Errorf("sim: region %s has no replicas", r.Name)
 		}
-		if r.Replicas > 64 {
-			return fmt.Errorf("sim: region %s has %d replicas, at most 64 are supported", r.Name, r.Replicas)
+		if n > 64 {
+			return fmt.Errorf("sim: region %s has %d replicas, at most 64 are supported", r.Name, n)
+		}
+		for _, p := range r.PoolSpecs() {
+			if p.Replicas < 0 {
+				return fmt.Errorf("sim: region %s, model %q: negative replicas", r.Name, p.Model)
+			}
 		}
 	}
 	if c.MaxInFlight <= 0 {
@@ -155,10 +196,22 @@ func (c *Config) withDefaults() error {
 	return nil
 }
 
-// regionConfig is a region core's configuration, as the proxy would build
-// it for a proxy in front of spec's replicas (see proxy.Config.RegionConfig).
-func (c *Config) regionConfig(spec RegionSpec, blockTokens int) region.Config {
+// regionConfig is the configuration of the pool of spec's replicas of
+// profile prof, as the proxy would build it for a proxy in front of them
+// (see proxy.Config.RegionConfigFor).
+func (c *Config) regionConfig(spec RegionSpec, prof profile.Profile, blockTokens int) region.Config {
 	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: spec.Name, MaxInFlight: c.MaxInFlight,
-		Prefill: policy.PrefillOf(spec.Profile), DecodeStep: spec.Profile.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
+		Prefill: policy.PrefillOf(prof), DecodeStep: prof.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
 		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth, Retries: c.Retries}
+}
+
+// policyConfig is the policies' configuration for a pool of replicas of
+// profile prof: PolicyConfig, with GORGO's per-token costs from prof when
+// they came from another profile's (policy.ConfigFor).
+func (c *Config) policyConfig(prof profile.Profile, first profile.Profile) policy.Config {
+	pc := *c.PolicyConfig
+	if prof.Name != first.Name {
+		pc.Gorgo = policy.ConfigFor(prof, pc.Skywalker.MaxWANRTT).Gorgo
+	}
+	return pc
 }

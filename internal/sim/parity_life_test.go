@@ -35,7 +35,7 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 		if ps, ss := p.router.ReplicaStates(), p.us.core.ReplicaStates(); !reflect.DeepEqual(ps, ss) {
 			t.Errorf("%s: replicas booked differently\nproxy %+v\nsim   %+v", when, ps, ss)
 		}
-		if pl, sl := p.router.Load(), p.us.core.Load(); pl != sl {
+		if pl, sl := p.router.Load(), p.us.core.Load(); !reflect.DeepEqual(pl, sl) {
 			t.Errorf("%s: load summaries differ\nproxy %+v\nsim   %+v", when, pl, sl)
 		}
 	}

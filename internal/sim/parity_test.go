@@ -209,16 +209,17 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	compare := func(when string) {
 		t.Helper()
 		for _, req := range probes {
-			pv, sv := router.View(req), us.core.View(req)
-			sv.Local.Queued = us.core.Queued()
+			pool := us.core.Pool(req.Base)
+			pv, sv := router.View(req), pool.View(req)
+			sv.Local.Queued = pool.Queued()
 			if !reflect.DeepEqual(pv, copyView(sv)) {
 				t.Errorf("%s, %s: views differ\nproxy %+v\nsim   %+v", when, req.ID, pv, copyView(sv))
 			}
-			if pd, sd := router.Decide(req), us.core.Decide(req); pd != sd {
+			if pd, sd := router.Decide(req), pool.Decide(req); pd != sd {
 				t.Errorf("%s, %s: decisions differ: proxy %+v, sim %+v", when, req.ID, pd, sd)
 			}
 		}
-		if pl, sl := router.Load(), us.core.Load(); pl != sl {
+		if pl, sl := router.Load(), us.core.Load(); !reflect.DeepEqual(pl, sl) {
 			t.Errorf("%s: load summaries differ: proxy %+v, sim %+v", when, pl, sl)
 		}
 		if pd, sd := router.Digest(), us.core.Digest(); !reflect.DeepEqual(pd.Words(), sd.Words()) || pd.Generation != sd.Generation {

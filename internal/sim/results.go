@@ -19,17 +19,19 @@ func (w *world) result() *results.Result {
 	res.Utilization, res.ReplicaCounts = map[string]float64{}, map[string]int{}
 	for i, spec := range w.cfg.Regions {
 		res.RegionOrder = append(res.RegionOrder, spec.Name)
-		res.ReplicaCounts[spec.Name] = spec.Replicas
+		res.ReplicaCounts[spec.Name] = spec.TotalReplicas()
 		res.Preemptions += w.sitePreemptions[i]
 		if res.Makespan > 0 {
-			res.Utilization[spec.Name] = results.Round(w.siteBusy[i].Seconds()/(res.Makespan*float64(spec.Replicas)), 4)
+			res.Utilization[spec.Name] = results.Round(w.siteBusy[i].Seconds()/(res.Makespan*float64(spec.TotalReplicas())), 4)
 		}
 	}
 	var predicted, hits int64
 	for _, r := range w.routers {
 		for _, rp := range r.replicas {
-			res.Preemptions += rp.eng.Stats().Preemptions
-			tr := r.core.Truth(rp.handle)
+			st := rp.eng.Stats()
+			res.Preemptions += st.Preemptions
+			res.AdapterLoads += st.LoRALoads
+			tr := rp.pool.Truth(rp.handle)
 			predicted, hits = predicted+tr.PredictedHits, hits+tr.Hits
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"skywalker/internal/engine"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
+	"skywalker/internal/profile"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
@@ -30,13 +31,16 @@ type simRequest struct {
 	gone        bool // ended: completed, dropped, or its client gave up
 }
 
-// replica is one engine at a site, and its handle in its router's core.
+// replica is one engine at a site, and its handle in its model's pool in
+// its router's core.
 type replica struct {
 	name   string
-	site   int // where the engine runs
-	index  int // in its router's replica table
+	model  string // the base model its engine serves
+	site   int    // where the engine runs
+	index  int    // in its router's replica table
 	router *router
 	handle *region.Replica
+	pool   *region.Region // its model's pool, which holds handle
 	eng    *engine.Engine
 	cfg    engine.Config
 	down   int    // overlapping faults holding it down
@@ -54,8 +58,9 @@ type router struct {
 	idx      int
 	site     int
 	name     string
-	core     *region.Region
+	core     *region.Pools
 	replicas []*replica
+	byHandle map[*region.Replica]*replica
 	table    *mesh.Table // what this router knows of its peers
 	loads    region.LoadPublisher
 	sentGen  uint64 // digest generation last published
@@ -74,33 +79,41 @@ type router struct {
 func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 	spec := w.cfg.Regions[site]
 	r := &router{w: w, idx: idx, site: site, name: spec.Name, expireAt: -1, table: mesh.NewTable(spec.Name, w.cfg.Control),
-		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}}
-	pol, err := policy.New(w.cfg.Policy, *w.cfg.PolicyConfig)
-	if err != nil {
-		return nil, err
-	}
-	if r.core, err = region.New(w.cfg.regionConfig(spec, w.blockTokens), pol, r.delivered); err != nil {
-		return nil, err
-	}
-	var specs []region.ReplicaSpec
+		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}, byHandle: map[*region.Replica]*replica{}}
+	first := w.cfg.Regions[0].PoolSpecs()[0].Profile
+	specs := map[string][]region.ReplicaSpec{}
+	profiles := map[string]profile.Profile{} // each model's, as its first pool has it
 	for _, s := range sites {
 		sp := w.cfg.Regions[s]
-		for i := range sp.Replicas {
-			cfg := engine.Config{Profile: sp.Profile, MaxNumSeqs: sp.MaxNumSeqs, KVBlocks: sp.KVBlocks}
-			rp := &replica{name: sp.Name + "-" + strconv.Itoa(i), site: s, index: len(r.replicas), router: r, eng: engine.New(cfg), cfg: cfg}
-			r.replicas = append(r.replicas, rp)
-			rs := region.ReplicaSpec{Name: rp.name}
-			if s != site {
-				rs.Jurisdiction, rs.RTT = sp.Jurisdiction, w.cfg.RTT[site][s]
+		n := 0
+		for _, ps := range sp.PoolSpecs() {
+			if _, ok := profiles[ps.Model]; !ok {
+				profiles[ps.Model] = ps.Profile
 			}
-			specs = append(specs, rs)
+			for range ps.Replicas {
+				cfg := engine.Config{Profile: ps.Profile, MaxNumSeqs: ps.MaxNumSeqs, KVBlocks: ps.KVBlocks, MaxLoRAs: ps.MaxLoRAs, LoRALoad: ps.LoRALoad}
+				rp := &replica{name: sp.Name + "-" + strconv.Itoa(n), model: ps.Model, site: s, index: len(r.replicas), router: r, eng: engine.New(cfg), cfg: cfg}
+				n++
+				r.replicas = append(r.replicas, rp)
+				rs := region.ReplicaSpec{Name: rp.name}
+				if s != site {
+					rs.Jurisdiction, rs.RTT = sp.Jurisdiction, w.cfg.RTT[site][s]
+				}
+				specs[ps.Model] = append(specs[ps.Model], rs)
+			}
 		}
 	}
+	r.core = region.NewPools(func(model string) region.Config { return w.cfg.regionConfig(spec, profiles[model], w.blockTokens) },
+		func(model string) (policy.Policy, error) {
+			return policy.New(w.cfg.Policy, w.cfg.policyConfig(profiles[model], first))
+		}, r.delivered)
 	if err := r.core.SetReplicas(specs); err != nil {
 		return nil, err
 	}
 	for _, rp := range r.replicas {
-		rp.handle = r.core.Replica(rp.name)
+		rp.handle = r.core.Pool(rp.model).Replica(rp.name)
+		rp.pool = r.core.Pool(rp.model)
+		r.byHandle[rp.handle] = rp
 	}
 	return r, nil
 }
@@ -130,7 +143,7 @@ func (r *router) scrape() {
 			}
 		}
 		if rp.site == r.site {
-			r.core.Scraped(rp.handle, m)
+			rp.pool.Scraped(rp.handle, m)
 			continue
 		}
 		r.w.push(event{at: r.w.now + r.w.oneWay(rp.site, r.site), kind: evScrapeResult, router: int32(r.idx), replica: int32(rp.index), payload: m})
@@ -141,7 +154,7 @@ func (r *router) scrape() {
 // healthCheck probes every replica's /health: a dead one fails.
 func (r *router) healthCheck() {
 	for _, rp := range r.replicas {
-		r.core.HealthChecked(rp.handle, rp.down == 0)
+		rp.pool.HealthChecked(rp.handle, rp.down == 0)
 	}
 }
 
@@ -174,7 +187,7 @@ func (r *router) delivered(a *region.Attempt) {
 	}
 	switch {
 	case a.Dispatched():
-		rp := r.replicas[a.Decision.Replica]
+		rp := r.byHandle[a.Replica]
 		sr.dispatched, sr.replica, sr.attempt = r.w.now, rp, a
 		switch {
 		case rp.site != r.site:
@@ -208,7 +221,7 @@ func (r *router) reachEngine(sr *simRequest) {
 	}
 	req := sr.req
 	seq := &engine.Sequence{ID: req.ID, PromptTokens: req.PromptTokens, MaxTokens: max(req.MaxTokens, 1), Units: req.Blocks,
-		UnitTokens: req.BlockTokens, Arrival: r.now(), Data: sr}
+		UnitTokens: req.BlockTokens, Adapter: req.Adapter, Arrival: r.now(), Data: sr}
 	if err := rp.eng.Add(seq); err != nil {
 		// The engine answers 400 (the prompt can never fit): the client
 		// gets it, and the replica is not to blame.

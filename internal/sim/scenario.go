@@ -21,7 +21,11 @@ type Scenario struct {
 	Name        string           `yaml:"name"`
 	Description string           `yaml:"description"`
 	Seed        uint64           `yaml:"seed"`
-	Regions     []ScenarioRegion `yaml:"regions"`
+	// Models, if set, are the models the fleet serves (each region lists
+	// its replicas per model in pools); empty: one unnamed model, each
+	// region's replicas and profile given directly.
+	Models  []ScenarioModel  `yaml:"models"`
+	Regions []ScenarioRegion `yaml:"regions"`
 	RTT         []ScenarioLink   `yaml:"rtt"`
 	JitterMs    float64          `yaml:"rtt_jitter_ms"`
 	// ClientRTTMs is a client's round trip to its own region's router.
@@ -41,11 +45,42 @@ type Scenario struct {
 	PlanCapacity float64 `yaml:"plan_capacity"`
 }
 
+// ScenarioModel is one model of a fleet of several.
+type ScenarioModel struct {
+	Name    string  `yaml:"name"`
+	Profile string  `yaml:"profile"` // its replicas' hardware
+	Share   float64 `yaml:"share"`   // weight of the sessions that ask for it
+	// PlanCapacity is the requests/s one of its replicas serves within the
+	// SLO (as the scenario's plan_capacity, per model).
+	PlanCapacity float64           `yaml:"plan_capacity"`
+	Adapters     *ScenarioAdapters `yaml:"adapters"`
+}
+
+// ScenarioAdapters are a model's LoRA adapters and how its engines hold
+// them.
+type ScenarioAdapters struct {
+	Count     int           `yaml:"count"`      // adapters, of Zipf popularity
+	ZipfS     float64       `yaml:"zipf_s"`     // the Zipf exponent
+	BaseShare float64       `yaml:"base_share"` // sessions of the base model itself
+	MaxLoRAs  int           `yaml:"max_loras"`  // adapter slots per engine (vLLM --max-loras)
+	LoadTime  time.Duration `yaml:"load_time"`  // loading one into a slot
+}
+
+// ScenarioPool is one model's replicas in a region.
+type ScenarioPool struct {
+	Model      string `yaml:"model"`
+	Replicas   int    `yaml:"replicas"`
+	MaxNumSeqs int    `yaml:"max_num_seqs"`
+	KVBlocks   int    `yaml:"kv_blocks"`
+}
+
 // ScenarioRegion is one region.
 type ScenarioRegion struct {
-	Name         string  `yaml:"name"`
-	Replicas     int     `yaml:"replicas"`
-	Profile      string  `yaml:"profile"`
+	Name string `yaml:"name"`
+	// Pools are its replicas per model, for a scenario with Models.
+	Pools        []ScenarioPool `yaml:"pools"`
+	Replicas     int            `yaml:"replicas"`
+	Profile      string         `yaml:"profile"`
 	UTCOffset    float64 `yaml:"utc_offset"`
 	Jurisdiction string  `yaml:"jurisdiction"`
 	Weight       float64 `yaml:"weight"`
@@ -201,13 +236,44 @@ func (s *Scenario) validate() error {
 	check(s.Name != "", "name is required")
 	check(len(s.Regions) > 0, "regions must list at least one region")
 	names := map[string]bool{}
+	models := map[string]bool{}
+	for i, m := range s.Models {
+		check(m.Name != "" && !models[m.Name], "models[%d].name must be set and unique", i)
+		models[m.Name] = true
+		check(m.Share > 0 && m.Share <= 1e6, "models[%d].share must be positive", i)
+		check(m.PlanCapacity >= 0, "models[%d].plan_capacity must not be negative", i)
+		if _, err := profile.Lookup(m.Profile); err != nil {
+			errs = append(errs, fmt.Errorf("models[%d].profile: %w", i, err))
+		}
+		if a := m.Adapters; a != nil {
+			check(a.Count >= 1 && a.Count <= 10_000, "models[%d].adapters.count must be in 1..10000", i)
+			check(a.ZipfS >= 0 && a.ZipfS <= 10, "models[%d].adapters.zipf_s must be in [0, 10]", i)
+			check(a.BaseShare >= 0 && a.BaseShare <= 1, "models[%d].adapters.base_share must be in [0, 1]", i)
+			check(a.MaxLoRAs >= 1 && a.MaxLoRAs <= 1024, "models[%d].adapters.max_loras must be in 1..1024", i)
+			check(a.LoadTime >= 0, "models[%d].adapters.load_time must not be negative", i)
+		}
+	}
 	for i, r := range s.Regions {
 		check(r.Name != "", "regions[%d].name is required", i)
 		check(!names[r.Name], "regions[%d].name %q is used twice", i, r.Name)
 		names[r.Name] = true
-		check(r.Replicas >= 1 && r.Replicas <= 64, "regions[%d].replicas must be in 1..64", i)
 		check(r.UTCOffset >= -12 && r.UTCOffset <= 14, "regions[%d].utc_offset must be in -12..14", i)
 		check(r.Weight >= 0, "regions[%d].weight must not be negative", i)
+		if len(s.Models) > 0 {
+			check(r.Replicas == 0 && r.Profile == "" && r.MaxNumSeqs == 0 && r.KVBlocks == 0,
+				"regions[%d]: with models, a region lists its replicas in pools (not replicas, profile, max_num_seqs, kv_blocks)", i)
+			total := 0
+			for j, p := range r.Pools {
+				check(models[p.Model], "regions[%d].pools[%d].model %q is not a listed model", i, j, p.Model)
+				check(p.Replicas >= 0 && p.MaxNumSeqs >= 0 && p.MaxNumSeqs <= 4096 && p.KVBlocks >= 0 && p.KVBlocks <= 10_000_000,
+					"regions[%d].pools[%d]: replicas, max_num_seqs and kv_blocks out of range", i, j)
+				total += p.Replicas
+			}
+			check(total >= 1 && total <= 64, "regions[%d]: its pools' replicas must add up to 1..64", i)
+			continue
+		}
+		check(len(r.Pools) == 0, "regions[%d].pools: list the models first (models)", i)
+		check(r.Replicas >= 1 && r.Replicas <= 64, "regions[%d].replicas must be in 1..64", i)
 		check(r.MaxNumSeqs >= 0 && r.MaxNumSeqs <= 4096, "regions[%d].max_num_seqs must be in 0..4096", i)
 		check(r.KVBlocks >= 0 && r.KVBlocks <= 10_000_000, "regions[%d].kv_blocks must be in 0..10000000", i)
 		if _, err := profile.Lookup(r.Profile); err != nil {
@@ -283,6 +349,24 @@ func (s *Scenario) validate() error {
 	return errors.Join(errs...)
 }
 
+// firstProfile is the first region's profile, or the first model's.
+func (s *Scenario) firstProfile() string {
+	if len(s.Models) > 0 {
+		return s.Models[0].Profile
+	}
+	return s.Regions[0].Profile
+}
+
+// model is the listed model named name (validated to exist).
+func (s *Scenario) model(name string) ScenarioModel {
+	for _, m := range s.Models {
+		if m.Name == name {
+			return m
+		}
+	}
+	return ScenarioModel{}
+}
+
 // PolicyNames returns the scenario's policies, or all of them.
 func (s *Scenario) PolicyNames() []string {
 	if len(s.Policies) > 0 {
@@ -306,7 +390,7 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 			cfg.Balancer.Objectives[c] = cfg.SLO
 		}
 	}
-	first, err := profile.Lookup(s.Regions[0].Profile)
+	first, err := profile.Lookup(s.firstProfile())
 	if err != nil {
 		return Config{}, nil, err
 	}
@@ -319,13 +403,26 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 	idx := map[string]int{}
 	var loads []workload.RegionLoad
 	for i, r := range s.Regions {
-		p, err := profile.Lookup(r.Profile)
-		if err != nil {
-			return Config{}, nil, err
-		}
 		idx[r.Name] = i
-		cfg.Regions = append(cfg.Regions, RegionSpec{Name: r.Name, Replicas: r.Replicas, Profile: p, Jurisdiction: r.Jurisdiction,
-			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks, BelievedCacheTokens: r.BelievedCacheTokens})
+		spec := RegionSpec{Name: r.Name, Replicas: r.Replicas, Jurisdiction: r.Jurisdiction,
+			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks, BelievedCacheTokens: r.BelievedCacheTokens}
+		if len(s.Models) == 0 {
+			if spec.Profile, err = profile.Lookup(r.Profile); err != nil {
+				return Config{}, nil, err
+			}
+		}
+		for _, p := range r.Pools {
+			m := s.model(p.Model)
+			ps := PoolSpec{Model: p.Model, Replicas: p.Replicas, MaxNumSeqs: p.MaxNumSeqs, KVBlocks: p.KVBlocks}
+			if ps.Profile, err = profile.Lookup(m.Profile); err != nil {
+				return Config{}, nil, err
+			}
+			if a := m.Adapters; a != nil {
+				ps.MaxLoRAs, ps.LoRALoad = a.MaxLoRAs, a.LoadTime
+			}
+			spec.Pools = append(spec.Pools, ps)
+		}
+		cfg.Regions = append(cfg.Regions, spec)
 		loads = append(loads, workload.RegionLoad{Name: r.Name, UTCOffset: r.UTCOffset, Weight: r.Weight, Jurisdiction: r.Jurisdiction})
 	}
 	cfg.RTT = make([][]time.Duration, len(s.Regions))
@@ -362,6 +459,13 @@ func (s *Scenario) workload(loads []workload.RegionLoad, trace string) (*Workloa
 			ValleyRatio: w.ValleyRatio, PeakHour: w.PeakHour, MeanTurns: w.MeanTurns, ThinkTime: w.ThinkTime, FollowUpShare: w.FollowUpShare,
 			Tenants: w.Tenants, TenantPromptTokens: w.TenantPromptTokens, TenantShares: w.TenantShares, CriticalShare: w.CriticalShare, SheddableShare: w.SheddableShare, ResidencyShare: w.ResidencyShare,
 			MaxPromptTokens: w.MaxPromptTokens, MaxOutputTokens: w.MaxOutputTokens, BlockTokens: w.BlockTokens, Seed: s.Seed}
+		for _, m := range s.Models {
+			mix := workload.ModelMix{Name: m.Name, Share: m.Share}
+			if a := m.Adapters; a != nil {
+				mix.Adapters, mix.ZipfS, mix.BaseShare = a.Count, a.ZipfS, a.BaseShare
+			}
+			d.Models = append(d.Models, mix)
+		}
 		if d.BlockTokens == 0 {
 			d.BlockTokens = 128
 		}

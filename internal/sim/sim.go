@@ -282,7 +282,8 @@ func (w *world) handle(e event) error {
 		r.scrape()
 		w.every(evScrape, e.router, cp.ScrapeInterval)
 	case evScrapeResult:
-		r.core.Scraped(r.replicas[e.replica].handle, e.payload.(region.Metrics))
+		rp := r.replicas[e.replica]
+		rp.pool.Scraped(rp.handle, e.payload.(region.Metrics))
 	case evHealth:
 		r.healthCheck()
 		w.every(evHealth, e.router, cp.HealthInterval)
@@ -434,7 +435,7 @@ type forwardDone struct {
 // reason (or completed, when reason is empty).
 func (w *world) sample(sr *simRequest, reason string) results.Sample {
 	s := results.Sample{Ingress: w.cfg.Regions[sr.client].Name, Start: sr.arrival, PromptTokens: sr.req.PromptTokens,
-		Retried: sr.retries > 0, Dropped: reason, Tenant: sr.req.Tenant, Class: sr.req.Class.String()}
+		Retried: sr.retries > 0, Dropped: reason, Tenant: sr.req.Tenant, Class: sr.req.Class.String(), Model: sr.req.Base}
 	if reason == "" {
 		s.Held = sr.dispatched - sr.arrival
 	}
@@ -473,7 +474,7 @@ func (w *world) checkFault(f Fault) error {
 		if !ok {
 			return fmt.Errorf("%s: unknown region %q", f.Kind, f.Region)
 		}
-		if f.Kind == ReplicaCrash && (f.Replica < 0 || f.Replica >= w.cfg.Regions[i].Replicas) {
+		if f.Kind == ReplicaCrash && (f.Replica < 0 || f.Replica >= w.cfg.Regions[i].TotalReplicas()) {
 			return fmt.Errorf("%s: region %s has no replica %d", f.Kind, f.Region, f.Replica)
 		}
 	case RTTSpike, LinkLoss:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -70,7 +71,27 @@ type Diurnal struct {
 	BlockTokens                   int
 	Seed                          uint64
 	HashSeed                      uint64 // request hash chain seed; default request.DefaultSeed
+	// Models, if set, are the models sessions ask for, each session one
+	// (and one adapter) for all its turns; empty: every request is for the
+	// unnamed model "" (and draws nothing: the stream is as it always was).
+	Models []ModelMix
 }
+
+// ModelMix is one model's part of a workload.
+type ModelMix struct {
+	Name  string
+	Share float64 // weight of new sessions
+	// Adapters is how many LoRA adapters the model has (named
+	// NAME-lora-1 … NAME-lora-N), of Zipf popularity with exponent ZipfS:
+	// adapter k is chosen with weight 1/k^ZipfS. BaseShare of the
+	// sessions use the base model itself.
+	Adapters  int
+	ZipfS     float64
+	BaseShare float64
+}
+
+// AdapterName is the name of model's k-th adapter (k from 1).
+func AdapterName(model string, k int) string { return model + "-lora-" + strconv.Itoa(k) }
 
 func (d *Diurnal) validate() error {
 	switch {
@@ -92,6 +113,11 @@ func (d *Diurnal) validate() error {
 		return errors.New("diurnal workload: priority shares must be non-negative and sum to at most 1")
 	case len(d.TenantShares) > 0 && len(d.TenantShares) != d.Tenants:
 		return fmt.Errorf("diurnal workload: %d tenant shares for %d tenants", len(d.TenantShares), d.Tenants)
+	}
+	for i, m := range d.Models {
+		if !(m.Share > 0) || m.Adapters < 0 || m.ZipfS < 0 || m.BaseShare < 0 || m.BaseShare > 1 || math.IsInf(m.Share, 0) {
+			return fmt.Errorf("diurnal workload: model %d (%q) needs a positive share, adapters >= 0, zipf_s >= 0 and base_share in [0, 1]", i, m.Name)
+		}
 	}
 	for i, s := range d.TenantShares {
 		if s < 0 || math.IsNaN(s) || math.IsInf(s, 0) {
@@ -225,21 +251,50 @@ func (d Diurnal) Source() (Source, error) {
 		}
 		g.tenants = append(g.tenants, chain)
 	}
+	for _, m := range d.Models {
+		g.modelTotal += m.Share
+		var cdf []float64
+		total := 0.0
+		for k := 1; k <= m.Adapters; k++ {
+			total += 1 / math.Pow(float64(k), m.ZipfS)
+			cdf = append(cdf, total)
+		}
+		g.adapterCDF = append(g.adapterCDF, cdf)
+	}
 	for i := range d.Regions {
 		g.scheduleNewSession(i, 0)
 	}
 	return g, nil
 }
 
+// pickModel draws a new session's model and adapter.
+func (g *diurnalSource) pickModel(s *session) {
+	x := g.rng.Float64() * g.modelTotal
+	i := 0
+	for ; i < len(g.d.Models)-1 && x >= g.d.Models[i].Share; i++ {
+		x -= g.d.Models[i].Share
+	}
+	m := g.d.Models[i]
+	s.model = m.Name
+	if cdf := g.adapterCDF[i]; len(cdf) > 0 && g.rng.Float64() >= m.BaseShare {
+		k, _ := slices.BinarySearch(cdf, g.rng.Float64()*cdf[len(cdf)-1])
+		s.adapter = AdapterName(m.Name, min(k, len(cdf)-1)+1)
+	}
+}
+
 type diurnalSource struct {
-	d        *Diurnal
-	rng      *rand.Rand
-	pending  eventHeap
-	tenants  [][]uint64
-	weights  []float64 // pickTenant's scratch
-	sessions uint64
-	requests uint64
-	order    uint64
+	d       *Diurnal
+	rng     *rand.Rand
+	pending eventHeap
+	tenants [][]uint64
+	weights []float64 // pickTenant's scratch
+	// modelTotal and adapterCDF are Models' total share and each model's
+	// cumulative adapter weights.
+	modelTotal float64
+	adapterCDF [][]float64
+	sessions   uint64
+	requests   uint64
+	order      uint64
 }
 
 type session struct {
@@ -252,6 +307,8 @@ type session struct {
 	residency string
 	tenant    string // "" without tenants
 	class     request.Class
+	model     string // base model and LoRA adapter ("" and "" without Models)
+	adapter   string
 }
 
 type event struct {
@@ -343,6 +400,9 @@ func (g *diurnalSource) newSession(region int, at time.Duration) *session {
 			s.class = request.Sheddable
 		}
 	}
+	if len(g.d.Models) > 0 {
+		g.pickModel(s)
+	}
 	return s
 }
 
@@ -408,6 +468,15 @@ func (g *diurnalSource) turn(s *session, at time.Duration) (Arrival, bool) {
 		Residency:    s.residency,
 		Tenant:       s.tenant,
 		Class:        s.class,
+	}
+	if s.model != "" || s.adapter != "" {
+		// Salted by the model: a copy, since the chain is the session's.
+		req.Model = s.model
+		if s.adapter != "" {
+			req.Model = s.adapter
+		}
+		req.Blocks = slices.Clone(req.Blocks)
+		req.SetPool(s.model, s.adapter)
 	}
 	g.extend(s, out) // the answer becomes part of the next turn's prompt
 	s.turns++
