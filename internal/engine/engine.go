@@ -60,7 +60,7 @@ type Sequence struct {
 	// Adapter is the LoRA adapter the sequence runs with; "" for the base
 	// model. (Its prefix units are salted by it: see request.SetPool.)
 	Adapter string
-	Arrival      time.Time
+	Arrival time.Time
 	// Data is the driver's own payload; the engine never touches it.
 	Data any
 

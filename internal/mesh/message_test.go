@@ -205,7 +205,7 @@ func legacyLoad(v byte, node string, incarnation, seq uint64, l region.Load, sen
 		for _, m := range l.Models {
 			w.str(m.Model)
 			sub := legacyLoad(4, "", 0, 0, m, time.Time{}) // a model's fields are version 4's
-			w.b = append(w.b, sub[4+1+1:]...)             // less the header, the empty node and the sequence
+			w.b = append(w.b, sub[4+1+1:]...)              // less the header, the empty node and the sequence
 		}
 	}
 	return w.b

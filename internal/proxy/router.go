@@ -87,8 +87,8 @@ type RouterOptions struct {
 	// its own (its profile's costs).
 	Policy    policy.Policy
 	PolicyFor func(model string) (policy.Policy, error)
-	Peers  PeerSource       // nil for a single region; SetPeers attaches it later
-	Clock  func() time.Time // default time.Now
+	Peers     PeerSource       // nil for a single region; SetPeers attaches it later
+	Clock     func() time.Time // default time.Now
 	// Observe, if set, sees every attempt the core delivers, once, with
 	// the router's lock held: it must not call back into the router.
 	Observe func(*region.Attempt)

@@ -99,7 +99,7 @@ type Region struct {
 	loadReps   []policy.Replica // Load's scratch
 	matched    []int
 	deliver    func(*Attempt)
-	digests    *digestPublisher // its own, or the one its Pools share
+	digests    *digestPublisher              // its own, or the one its Pools share
 	bookings   map[*request.Request]*booking // dispatched, not ended
 	retries    map[*request.Request]retried  // routed again, not yet delivered
 	bias       ratioEWMA                     // actual over estimated time to first token

@@ -37,8 +37,8 @@ type Request struct {
 	Base, Adapter string
 	salt          uint64 // what the blocks are salted with (PoolSalt)
 
-	PromptTokens int    // estimated prompt tokens
-	MaxTokens    int    // requested output limit; 0 when the client gave none
+	PromptTokens int // estimated prompt tokens
+	MaxTokens    int // requested output limit; 0 when the client gave none
 
 	// Blocks are chained prefix hashes: Blocks[i] stands for the whole prompt
 	// up to the end of block i. Only complete blocks are hashed, because only

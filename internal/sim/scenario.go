@@ -18,16 +18,16 @@ import (
 
 // Scenario is a simulation described in YAML (see scenarios/*.yaml).
 type Scenario struct {
-	Name        string           `yaml:"name"`
-	Description string           `yaml:"description"`
-	Seed        uint64           `yaml:"seed"`
+	Name        string `yaml:"name"`
+	Description string `yaml:"description"`
+	Seed        uint64 `yaml:"seed"`
 	// Models, if set, are the models the fleet serves (each region lists
 	// its replicas per model in pools); empty: one unnamed model, each
 	// region's replicas and profile given directly.
-	Models  []ScenarioModel  `yaml:"models"`
-	Regions []ScenarioRegion `yaml:"regions"`
-	RTT         []ScenarioLink   `yaml:"rtt"`
-	JitterMs    float64          `yaml:"rtt_jitter_ms"`
+	Models   []ScenarioModel  `yaml:"models"`
+	Regions  []ScenarioRegion `yaml:"regions"`
+	RTT      []ScenarioLink   `yaml:"rtt"`
+	JitterMs float64          `yaml:"rtt_jitter_ms"`
 	// ClientRTTMs is a client's round trip to its own region's router.
 	ClientRTTMs float64          `yaml:"client_rtt_ms"`
 	SLO         ScenarioSLO      `yaml:"slo"`
@@ -81,11 +81,11 @@ type ScenarioRegion struct {
 	Pools        []ScenarioPool `yaml:"pools"`
 	Replicas     int            `yaml:"replicas"`
 	Profile      string         `yaml:"profile"`
-	UTCOffset    float64 `yaml:"utc_offset"`
-	Jurisdiction string  `yaml:"jurisdiction"`
-	Weight       float64 `yaml:"weight"`
-	MaxNumSeqs   int     `yaml:"max_num_seqs"` // engine --max-num-seqs; default the profile's
-	KVBlocks     int     `yaml:"kv_blocks"`    // engine KV blocks; default the profile's
+	UTCOffset    float64        `yaml:"utc_offset"`
+	Jurisdiction string         `yaml:"jurisdiction"`
+	Weight       float64        `yaml:"weight"`
+	MaxNumSeqs   int            `yaml:"max_num_seqs"` // engine --max-num-seqs; default the profile's
+	KVBlocks     int            `yaml:"kv_blocks"`    // engine KV blocks; default the profile's
 	// BelievedCacheTokens: the routers believe each replica holds this
 	// much KV cache (the engines do not report theirs); see RegionSpec.
 	BelievedCacheTokens int `yaml:"believed_cache_tokens"`
