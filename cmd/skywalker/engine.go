@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -36,7 +37,8 @@ step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `)
 				atLeast("max-num-batched-tokens", float64(ecfg.MaxNumBatchedTokens), 0), atLeast("default-max-tokens", float64(scfg.DefaultMaxTokens), 1),
 				within("fault-error-rate", scfg.Faults.ErrorRate, 0, 1), within("fault-hang-rate", scfg.Faults.HangRate, 0, 1),
 				within("fault-stall-rate", scfg.Faults.StallRate, 0, 1), atLeast("fault-stall-after", float64(scfg.Faults.StallAfter), 0),
-				atLeast("fault-exit-after", float64(scfg.Faults.ExitAfter), 0)); err != nil {
+				atLeast("fault-exit-after", float64(scfg.Faults.ExitAfter), 0), atLeast("max-loras", float64(ecfg.MaxLoRAs), 0),
+				atLeast("lora-load-time", ecfg.LoRALoad.Seconds(), 0)); err != nil {
 				return err
 			}
 			p, err := profile.Lookup(profileName)
@@ -44,6 +46,9 @@ step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `)
 				return err
 			}
 			ecfg.Profile = p
+			for i, m := range scfg.LoRAModules {
+				scfg.LoRAModules[i], _, _ = strings.Cut(m, "=") // name=path: the name is what is served
+			}
 			scfg.Engine = ecfg
 			scfg.Model = model
 			if scfg.Logger, err = logs.logger(cmd.ErrOrStderr()); err != nil {
@@ -72,6 +77,9 @@ step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `)
 	f.IntVar(&ecfg.BlockSize, "block-size", 0, "tokens per KV block (default: the profile's, 16)")
 	f.IntVar(&ecfg.MaxNumSeqs, "max-num-seqs", 0, "most sequences running at once (default: the profile's)")
 	f.IntVar(&ecfg.MaxNumBatchedTokens, "max-num-batched-tokens", 0, "token budget per step (default: the profile's)")
+	f.StringSliceVar(&scfg.LoRAModules, "lora-modules", nil, "LoRA adapters served over the model, name or name=path, comma-separated or repeated (as vLLM's --lora-modules; the path is not read)")
+	f.IntVar(&ecfg.MaxLoRAs, "max-loras", 0, "LoRA adapters held at once (vLLM's --max-loras; default 1 with --lora-modules)")
+	f.DurationVar(&ecfg.LoRALoad, "lora-load-time", 100*time.Millisecond, "time to load an adapter into a slot (model time)")
 	f.StringVar(&scfg.MetricsStyle, "metrics-style", "vllm", "metric names: vllm, sglang, or none (no /metrics, as llama.cpp servers)")
 	f.Float64Var(&scfg.TimeScale, "time-scale", 1, "run the model this many times faster than real time")
 	f.Uint64Var(&scfg.Seed, "seed", 1, "seed for output text and fault injection")

@@ -83,6 +83,10 @@ type ClusterOptions struct {
 	// Engine is every simulated engine's configuration (each gets its own
 	// seed).
 	Engine server.Config
+	// RegionEngines, if set, gives each region's engines instead of
+	// EnginesPerRegion copies of Engine (a fleet of several models: each
+	// engine serves its own; each still gets its own seed).
+	RegionEngines func(region string) []server.Config
 	// Proxy, if set, adjusts each region's proxy configuration after the
 	// cluster's defaults (region, jurisdiction, its engines, the dev key,
 	// the local mesh preset, a 200 ms WAN threshold, 50 ms scrapes).
@@ -142,8 +146,14 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		reg := &ClusterRegion{}
 		c.Regions = append(c.Regions, reg)
 		var pool []string
-		for j := range o.EnginesPerRegion {
-			ec := o.Engine
+		engines := make([]server.Config, o.EnginesPerRegion)
+		for j := range engines {
+			engines[j] = o.Engine
+		}
+		if o.RegionEngines != nil {
+			engines = o.RegionEngines(spec.Name)
+		}
+		for j, ec := range engines {
 			ec.Seed = uint64(100*i + j + 1)
 			e, err := server.StartLoopback(ec)
 			if err != nil {

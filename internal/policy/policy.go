@@ -125,6 +125,9 @@ type LocalRegion struct {
 	// Admission then holds at most one request per healthy replica (see
 	// balancer.Config.Objectives).
 	Unmeasured bool
+	// AdapterLoad is what loading the request's LoRA adapter costs on a
+	// replica where it is not resident (zero for a base-model request).
+	AdapterLoad time.Duration
 }
 
 // Replica is one local inference server.
@@ -164,6 +167,12 @@ type Replica struct {
 	// policies assume all their replicas are).
 	Jurisdiction string
 	RTT          time.Duration
+	// AdapterResident: the request's LoRA adapter is believed loaded on
+	// the replica (its cost there is then nothing). AdapterBlocked: it is
+	// not, and every adapter slot the replica has serves requests of
+	// other adapters in flight, so the request could not start there
+	// now. Both false for a base-model request.
+	AdapterResident, AdapterBlocked bool
 }
 
 // FreeCacheTokens is how many more tokens the replica is believed to cache

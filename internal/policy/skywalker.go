@@ -204,7 +204,7 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 // dispatchIfRoom dispatches to the chosen local replica if it has room,
 // else holds the request for it.
 func dispatchIfRoom(local *LocalRegion, replica int, estimate time.Duration) Decision {
-	if !local.Replicas[replica].HasRoom() {
+	if r := &local.Replicas[replica]; !r.HasRoom() || r.AdapterBlocked {
 		return Decision{Action: Hold, Region: local.Name, Reason: ReasonBusy, Estimate: estimate}
 	}
 	reason := ReasonLeastLoad
@@ -237,7 +237,10 @@ func (s *Skywalker) routeLocally(req *request.Request, v *View) Decision {
 // holding a long prefix is worth waiting for and a short one is not.
 // Requests already queued ahead add their wait. A cold prompt is charged
 // what it evicts there (EvictionCost), so it goes where the cache has room
-// rather than over prefixes others will ask for again. Ties go to the
+// rather than over prefixes others will ask for again. A request of a LoRA
+// adapter pays the adapter's load where it is not resident, and a replica
+// whose every adapter slot serves other adapters' requests has no room
+// for it. Ties go to the
 // lesser load, then the lower index. It returns the replica, its estimated
 // time to first token and the eviction cost of placing the request there.
 func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time.Duration, time.Duration) {
@@ -245,7 +248,7 @@ func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time
 	for i := range l.Replicas {
 		if r := &l.Replicas[i]; r.Healthy {
 			healthy++
-			room = room || r.HasRoom()
+			room = room || r.HasRoom() && !r.AdapterBlocked
 		}
 	}
 	slotWait := l.PerRequestWait * time.Duration(healthy)
@@ -279,9 +282,12 @@ func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time
 		// Its own prefill, behind the prefill already queued there.
 		uncached := req.PromptTokens - req.CachedTokens(r.PrefixBlocks)
 		t := l.Prefill.Time(uncached) + time.Duration(r.PrefillTokens)*l.Prefill.PerToken
+		if !r.AdapterResident {
+			t += l.AdapterLoad // its LoRA adapter is loaded first (zero for the base model)
+		}
 		evicts := EvictionCost(uncached, r.FreeCacheTokens(req.BlockTokens), l.HitShare, l.Prefill)
 		score := t + s.replicaCongestion(r) + evicts
-		if !r.HasRoom() {
+		if !r.HasRoom() || r.AdapterBlocked {
 			t += ownWait
 			score += slotCost
 		}

@@ -63,6 +63,10 @@ type Config struct {
 	// (SKYWALKER_MODEL_PROFILES: model=profile,...): a 70B model on four
 	// H100s is not an 8B model on an L4. Models not listed use Profile.
 	ModelProfiles map[string]string `yaml:"model_profiles"`
+	// LoRALoad is what loading a LoRA adapter into a replica's slot is
+	// believed to cost (SKYWALKER_LORA_LOAD_TIME; default 100 ms): a
+	// request of an adapter not resident on a replica is charged it there.
+	LoRALoad time.Duration `yaml:"lora_load_time"`
 
 	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // MAX_WAN_RTT_THRESHOLD_MS; default 1 s (a ceiling: reach follows the objective)
 	GossipKeys     []string      `yaml:"gossip_keys"`     // SKYWALKER_GOSSIP_KEY (comma-separated: primary first)
@@ -247,7 +251,7 @@ func DefaultConfig() Config {
 		BodyTimeout: 10 * time.Second, MinBodyRate: 32 << 10, BodyBudget: 512 << 20, ClientBodyBudget: 128 << 20, StallTimeout: 30 * time.Second,
 		ResponseBuffer: 4 << 20, ResponseBufferBudget: 128 << 20, WriteTimeout: 60 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
-		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, FairQueuing: true,
+		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, FairQueuing: true, LoRALoad: region.DefaultAdapterLoad,
 		PriorityClassMax: request.Standard.String(), ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
 }
 
@@ -298,7 +302,7 @@ func (c *Config) profileFor(model string) profile.Profile {
 // with the model's profile.
 func (c *Config) RegionConfigFor(model string) region.Config {
 	prof := c.profileFor(model)
-	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight,
+	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight, AdapterLoad: c.LoRALoad,
 		Prefill: policy.PrefillOf(prof), DecodeStep: prof.DecodeStep(), EjectAfter: c.EjectAfter, Retries: c.Retries, DefaultReplicaTokens: c.ReplicaCacheTokens,
 		BlockTokens: max(request.DefaultBlockBytes/max(c.BytesPerToken, 1), 1), Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait,
 			Objectives: c.Objectives(), FIFO: !c.FairQueuing, TenantMaxHeld: c.TenantMaxHeld}}

@@ -13,6 +13,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -213,6 +214,15 @@ vllm:cache_config_info{block_size="16",num_gpu_blocks="1000"} 1
 	if m, err := parseEngineMetrics(strings.NewReader(shared)); err != nil || m.KVBlocks != 2000 || math.Abs(m.KVUsage-0.4) > 1e-9 {
 		t.Errorf("one config series, two engines: %+v %v; want 2000 blocks, usage 0.4", m, err)
 	}
+	// LoRA: the engine's slots and the adapters running, from the newest
+	// vllm:lora_requests_info sample (the older one's adapters are gone).
+	lora, err := os.ReadFile("testdata/vllm-lora-metrics.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := parseEngineMetrics(bytes.NewReader(lora)); err != nil || m.MaxLoRAs != 8 || !slices.Equal(m.RunningAdapters, []string{"chat-lora", "text2sql-lora"}) {
+		t.Errorf("lora info: slots %d, running %v (%v); want 8 and chat-lora, text2sql-lora", m.MaxLoRAs, m.RunningAdapters, err)
+	}
 	if m, err := parseEngineMetrics(strings.NewReader("process_cpu_seconds_total 3\n")); err != nil || m.Known {
 		t.Errorf("a bare server: %+v %v; want unknown, no error", m, err)
 	}
@@ -235,8 +245,10 @@ func FuzzConfigYAML(f *testing.F) {
 func FuzzEngineMetrics(f *testing.F) {
 	f.Add([]byte("vllm:num_requests_waiting{engine=\"0\"} 3\n"))
 	f.Add([]byte("vllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc{engine=\"1\"} NaN\nvllm:num_requests_running 1e300\n"))
-	if page, err := os.ReadFile("testdata/vllm-dp2-metrics.txt"); err == nil {
-		f.Add(page)
+	for _, name := range []string{"testdata/vllm-dp2-metrics.txt", "testdata/vllm-lora-metrics.txt"} {
+		if page, err := os.ReadFile(name); err == nil {
+			f.Add(page)
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := parseEngineMetrics(strings.NewReader(string(data)))

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -299,9 +300,12 @@ func (s *Server) reject(w http.ResponseWriter, err error, outcome string) {
 
 // models serves /v1/models: the engines' own model cards (union over the
 // replicas, one per id), then one card per configured alias, shaped like
-// the card of the model it names with its id replaced.
+// the card of the model it names with its id replaced, then one per model
+// only peer regions serve (owned_by "skywalker:REGION,...": requests for
+// it are forwarded).
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	cards, _ := s.router.modelCards()
+	remote := s.router.remoteModels()
 	list := struct {
 		Object string            `json:"object"`
 		Data   []json.RawMessage `json:"data"`
@@ -326,6 +330,13 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		card["id"], card["root"] = a, s.cfg.ModelAliases[a]
 		raw, _ := json.Marshal(card) // a decoded JSON object marshals
 		list.Data = append(list.Data, raw)
+	}
+	for _, m := range remote {
+		if _, ok := byID[m.id]; !ok {
+			raw, _ := json.Marshal(map[string]any{"id": m.id, "object": "model", "created": s.started.Unix(),
+				"owned_by": "skywalker:" + strings.Join(m.regions, ","), "root": m.id, "parent": nil})
+			list.Data = append(list.Data, raw)
+		}
 	}
 	writeJSON(w, 200, list)
 }

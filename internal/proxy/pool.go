@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -325,6 +326,35 @@ func parseModels(r io.Reader) ([]modelCard, error) {
 		cards = append(cards, c)
 	}
 	return cards, nil
+}
+
+// remoteModel is a model peer regions serve, and which.
+type remoteModel struct {
+	id      string
+	regions []string
+}
+
+// remoteModels lists the models healthy peer regions serve (as their
+// load summaries list them), sorted.
+func (r *Router) remoteModels() []remoteModel {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	by := map[string][]string{}
+	for _, p := range r.core.Peers() {
+		if !p.Healthy {
+			continue
+		}
+		for _, m := range p.Load.Models {
+			if m.Model != "" { // replicas whose models it does not know yet
+				by[m.Model] = append(by[m.Model], p.Region)
+			}
+		}
+	}
+	out := make([]remoteModel, 0, len(by))
+	for _, id := range slices.Sorted(maps.Keys(by)) {
+		out = append(out, remoteModel{id: id, regions: by[id]})
+	}
+	return out
 }
 
 // resolve names the pool that serves model (aliases already resolved):

@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -105,7 +107,42 @@ func parseEngineMetrics(r io.Reader) (region.Metrics, error) {
 	for _, n := range blocks {
 		m.KVBlocks += int(n)
 	}
+	m.MaxLoRAs, m.RunningAdapters = loraInfo(families["vllm:lora_requests_info"])
 	return m, nil
+}
+
+// loraInfo reads vllm:lora_requests_info: the engine's adapter slots
+// (max_lora, summed over data-parallel engines) and the adapters of its
+// running requests (running_lora_adapters, comma-separated), from each
+// engine's newest sample (the value is when it was taken).
+func loraInfo(f *dto.MetricFamily) (slots int, running []string) {
+	if f == nil {
+		return 0, nil
+	}
+	newest := map[string]*dto.Metric{}
+	for _, s := range f.Metric {
+		e := engineOf(s)
+		if old := newest[e]; old == nil || s.GetGauge().GetValue() > old.GetGauge().GetValue() {
+			newest[e] = s
+		}
+	}
+	for _, s := range newest {
+		for _, lp := range s.Label {
+			switch lp.GetName() {
+			case "max_lora":
+				n, _ := strconv.Atoi(lp.GetValue())
+				slots += min(max(n, 0), 1<<16)
+			case "running_lora_adapters":
+				for _, a := range strings.Split(lp.GetValue(), ",") {
+					if a = strings.TrimSpace(a); a != "" && len(running) < 1024 && !slices.Contains(running, a) {
+						running = append(running, a)
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(running)
+	return slots, running
 }
 
 // count turns a sample into a request count: NaN and negatives are 0, and

@@ -85,6 +85,8 @@ var settings = describe([]Setting{
 		Derived: "none: learned from /v1/models", check: modelPools},
 	{Field: "ModelProfiles", Env: "SKYWALKER_MODEL_PROFILES", Help: "the engine profile of each model's replicas, model=profile,... (e.g. llama-70b=llama3-70b-h100x4); other models use profile",
 		Derived: "none: profile for every model", check: is(modelProfiles)},
+	{Field: "LoRALoad", Env: "SKYWALKER_LORA_LOAD_TIME", Help: "what loading a LoRA adapter into a replica's slot costs: a request of an adapter not resident on a replica (as routing history and the engine's vllm:lora_requests_info tell) is charged it there",
+		check: is(nonNegative[time.Duration])},
 	{Field: "Peers", Env: "PEER_REGIONS", Help: "the other regions' proxies, mesh seeds: region:URL (asked for its gossip address) or region:host:port (the gossip address), comma-separated",
 		Derived: "none: one region", check: peers},
 	{Field: "Listen", Env: "SKYWALKER_LISTEN", Help: "the client HTTP listener", check: is(hostPort)},

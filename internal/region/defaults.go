@@ -75,6 +75,10 @@ const (
 	// DefaultMaxInFlight caps a replica's requests in flight before the
 	// balancer holds (selective pushing).
 	DefaultMaxInFlight = 64
+	// DefaultAdapterLoad is what loading a LoRA adapter is believed to
+	// cost when it is not configured: between a swap from vLLM's CPU
+	// adapter cache (tens of ms) and a load from local disk (hundreds).
+	DefaultAdapterLoad = 100 * time.Millisecond
 	// DefaultReplicaTokens is the KV-cache size assumed for a replica until
 	// its metrics report one (vllm:cache_config_info).
 	DefaultReplicaTokens = 32_000

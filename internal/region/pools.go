@@ -186,6 +186,7 @@ func (p *Pools) ServedModels() []string {
 			out = append(out, ml.Model)
 		}
 	}
+	out = slices.DeleteFunc(out, func(m string) bool { return m == "" }) // the replicas whose models are not known
 	slices.Sort(out)
 	return slices.Compact(out)
 }

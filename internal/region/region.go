@@ -50,6 +50,10 @@ type Config struct {
 	Retries int
 	// Balancer bounds the hold queue.
 	Balancer balancer.Config
+	// AdapterLoad is what loading a LoRA adapter into a replica's slot
+	// costs a request whose adapter is not resident there (the proxy's
+	// lora_load_time). Default DefaultAdapterLoad.
+	AdapterLoad time.Duration
 	// OnDistrust, if set, is told when a peer region becomes distrusted
 	// and why (see PeerProbation), for the driver's log. It is called
 	// synchronously, by whoever holds the region.
@@ -74,6 +78,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ServiceAlpha <= 0 {
 		c.ServiceAlpha = DefaultServiceAlpha
+	}
+	if c.AdapterLoad <= 0 {
+		c.AdapterLoad = DefaultAdapterLoad
 	}
 	return c
 }
@@ -259,7 +266,11 @@ func (r *Region) View(req *request.Request) *policy.View {
 	r.index.Match(req.Blocks, r.matched)
 	v.Local.Replicas = v.Local.Replicas[:0]
 	for _, rp := range r.replicas {
-		v.Local.Replicas = append(v.Local.Replicas, r.policyReplica(rp, r.matched[rp.target]))
+		pr := r.policyReplica(rp, r.matched[rp.target])
+		if req.Adapter != "" {
+			pr.AdapterResident, pr.AdapterBlocked = rp.adapterResident(req.Adapter), rp.adapterBlocked(req.Adapter)
+		}
+		v.Local.Replicas = append(v.Local.Replicas, pr)
 	}
 	if again, ok := r.retries[req]; ok {
 		avoid(v.Local.Replicas, r.replicas, again.failedOn)
@@ -268,6 +279,10 @@ func (r *Region) View(req *request.Request) *policy.View {
 	v.Local.TTFTBias = r.ttftBias(req)
 	v.Local.HitShare = r.hitShare()
 	v.Local.Unmeasured = r.unmeasured()
+	v.Local.AdapterLoad = 0
+	if req.Adapter != "" {
+		v.Local.AdapterLoad = r.cfg.AdapterLoad
+	}
 	v.Peers = v.Peers[:0]
 	for i := range r.peers {
 		p := &r.peers[i]
@@ -344,7 +359,8 @@ func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
 	rp.dispatchedTokens += uncached + out
 	b := &booking{rp: rp, prompt: req.PromptTokens, uncached: uncached, prefilling: true,
 		submitted: o.Submitted, estimate: o.Admitted, held: o.Waited > 0, inflight: rp.inFlight,
-		expected: r.expectedService(req, uncached), ttftExpected: r.expectedFirstToken(rp.prefillTokens), alone: alone}
+		expected: r.expectedService(req, uncached), ttftExpected: r.expectedFirstToken(rp.prefillTokens), alone: alone, adapter: req.Adapter}
+	rp.adapterDispatched(req.Adapter)
 	if b.expected > 0 {
 		r.expectedSum += b.expected
 		r.expectedCount++

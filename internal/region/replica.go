@@ -20,6 +20,11 @@ type Metrics struct {
 	// cache's size, which bounds the prefix index's entries for the
 	// replica. Zero when not reported.
 	KVBlocks, BlockSize int
+	// MaxLoRAs and RunningAdapters come from vllm:lora_requests_info: the
+	// engine's adapter slots (max_lora; 0 when not reported) and the
+	// adapters of its running requests.
+	MaxLoRAs        int
+	RunningAdapters []string
 }
 
 // Replica is one local inference server as the region sees it. Its fields
@@ -68,6 +73,7 @@ type Replica struct {
 	firstTokens    firstTokenTimes
 	lastFirstToken time.Time
 	scraped        bool    // a scrape of its engine has landed
+	adapters       adapterState
 	cacheFactor    float64 // believed cache over reported (0 = 1), from cache truth
 	truth          CacheTruth
 }
@@ -227,6 +233,9 @@ func (r *Region) Scraped(rp *Replica, m Metrics) { r.ScrapedSince(rp, m, r.MarkS
 // size resizes the replica's share of the prefix index.
 func (r *Region) ScrapedSince(rp *Replica, m Metrics, mark ScrapeMark) {
 	rp.metrics, rp.scraped = m, true
+	for _, a := range m.RunningAdapters {
+		rp.touchAdapter(a)
+	}
 	rp.sinceScrape = max(rp.dispatchedTokens-mark.dispatchedTokens, 0)
 	rp.endedSinceScrape = max(rp.ended-mark.ended, 0)
 	if m.Running > 0 && m.KVUsage > 0 && m.KVBlocks > 0 && m.BlockSize > 0 {
@@ -284,6 +293,7 @@ type booking struct {
 	// when it was sent.
 	ttftExpected time.Duration
 	alone        bool
+	adapter      string // its LoRA adapter, "" for the base model
 }
 
 // firstToken records that a dispatched request produced its first token
@@ -397,6 +407,7 @@ func (r *Region) end(req *request.Request, how Outcome, service time.Duration) {
 	}
 	r.prefilled(b)
 	rp := b.rp
+	rp.adapterEnded(b.adapter)
 	rp.inFlight = max(rp.inFlight-1, 0)
 	rp.inFlightTokens = max(rp.inFlightTokens-b.prompt, 0)
 	rp.endedSinceScrape++

@@ -8,7 +8,6 @@ import (
 	"skywalker/internal/engine"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
-	"skywalker/internal/profile"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
@@ -82,13 +81,13 @@ func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}, byHandle: map[*region.Replica]*replica{}}
 	first := w.cfg.Regions[0].PoolSpecs()[0].Profile
 	specs := map[string][]region.ReplicaSpec{}
-	profiles := map[string]profile.Profile{} // each model's, as its first pool has it
+	models := map[string]PoolSpec{} // each model's first pool: its profile and adapters
 	for _, s := range sites {
 		sp := w.cfg.Regions[s]
 		n := 0
 		for _, ps := range sp.PoolSpecs() {
-			if _, ok := profiles[ps.Model]; !ok {
-				profiles[ps.Model] = ps.Profile
+			if _, ok := models[ps.Model]; !ok {
+				models[ps.Model] = ps
 			}
 			for range ps.Replicas {
 				cfg := engine.Config{Profile: ps.Profile, MaxNumSeqs: ps.MaxNumSeqs, KVBlocks: ps.KVBlocks, MaxLoRAs: ps.MaxLoRAs, LoRALoad: ps.LoRALoad}
@@ -103,10 +102,13 @@ func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 			}
 		}
 	}
-	r.core = region.NewPools(func(model string) region.Config { return w.cfg.regionConfig(spec, profiles[model], w.blockTokens) },
-		func(model string) (policy.Policy, error) {
-			return policy.New(w.cfg.Policy, w.cfg.policyConfig(profiles[model], first))
-		}, r.delivered)
+	r.core = region.NewPools(func(model string) region.Config {
+		c := w.cfg.regionConfig(spec, models[model].Profile, w.blockTokens)
+		c.AdapterLoad = models[model].LoRALoad
+		return c
+	}, func(model string) (policy.Policy, error) {
+		return policy.New(w.cfg.Policy, w.cfg.policyConfig(models[model].Profile, first))
+	}, r.delivered)
 	if err := r.core.SetReplicas(specs); err != nil {
 		return nil, err
 	}
@@ -125,8 +127,13 @@ func (r *router) now() time.Time { return r.w.clock(r.w.now) }
 // proxy does over HTTP (the parity test checks the two agree).
 func EngineMetrics(e *engine.Engine) region.Metrics {
 	cfg := e.Config()
-	return region.Metrics{Known: true, Waiting: e.Waiting(), Running: e.Running(), KVUsage: e.KVUsage(),
+	m := region.Metrics{Known: true, Waiting: e.Waiting(), Running: e.Running(), KVUsage: e.KVUsage(),
 		KVBlocks: cfg.KVBlocks, BlockSize: cfg.BlockSize}
+	if cfg.MaxLoRAs > 0 { // vLLM exports vllm:lora_requests_info when LoRA is enabled
+		m.MaxLoRAs = cfg.MaxLoRAs
+		m.RunningAdapters, _, _ = e.LoRAs()
+	}
+	return m
 }
 
 // scrape observes every replica's metrics as the proxy's scraper does (a

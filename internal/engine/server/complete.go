@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"skywalker/internal/apierr"
@@ -19,10 +21,15 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.K
 		apierr.Write(w, err)
 		return
 	}
+	adapter := ""
 	if req.Model != "" && req.Model != s.cfg.Model {
-		apierr.Write(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model",
-			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", req.Model, s.cfg.Model)})
-		return
+		if !slices.Contains(s.cfg.LoRAModules, req.Model) {
+			apierr.Write(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model",
+				Message: fmt.Sprintf("the model %q does not exist; this server serves %q", req.Model, strings.Join(append([]string{s.cfg.Model}, s.cfg.LoRAModules...), ", "))})
+			return
+		}
+		adapter = req.Model
+		req.SetPool(s.cfg.Model, adapter) // its prefix cache is the adapter's own
 	}
 	if f := s.cfg.Faults; f.ExitAfter > 0 && s.accepted.Load() >= int64(f.ExitAfter) {
 		s.log.Warn("fault injection: exiting", "after_requests", f.ExitAfter)
@@ -50,7 +57,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.K
 	id := s.nextID.Add(1)
 	st := &stream{notify: make(chan struct{}, 1)}
 	st.seq = &engine.Sequence{ID: strconv.FormatUint(id, 10), PromptTokens: max(req.PromptTokens, 1), MaxTokens: maxTokens,
-		Units: req.Blocks, UnitTokens: req.BlockTokens, Data: st}
+		Units: req.Blocks, UnitTokens: req.BlockTokens, Adapter: adapter, Data: st}
 	s.mu.Lock()
 	st.seq.Arrival = s.clock.model(time.Now())
 	err = s.eng.Add(st.seq)
@@ -62,7 +69,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.K
 	s.metrics.requestAdded(req.PromptTokens)
 	s.poke()
 
-	out := newOutput(kind, id, s.cfg.Model, s.clock.start.Unix(), s.cfg.Seed)
+	served := s.cfg.Model
+	if adapter != "" {
+		served = adapter
+	}
+	out := newOutput(kind, id, served, s.clock.start.Unix(), s.cfg.Seed)
 	if req.Stream {
 		s.streamResponse(w, r, st, out, req.IncludeUsage, finish, stallAt)
 	} else {

@@ -3,6 +3,7 @@ package server
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,6 +88,9 @@ func newMetrics(s *Server) *metrics {
 		counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.", func(e *engine.Engine) float64 {
 			return float64(e.Stats().Preemptions)
 		})
+		if len(s.cfg.LoRAModules) > 0 {
+			m.reg.MustRegister(loraInfo{s: s})
+		}
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "vllm:cache_config_info", Help: "Information of the LLMEngine CacheConfig.",
 			ConstLabels: prometheus.Labels{"block_size": strconv.Itoa(cfg.BlockSize), "num_gpu_blocks": strconv.Itoa(cfg.KVBlocks), "engine": "0"}},
 			func() float64 { return 1 }))
@@ -118,4 +122,24 @@ func (m *metrics) aborted()                    { m.abortedN.Inc() }
 func (m *metrics) finished(reason string, generated int) {
 	m.success.WithLabelValues(reason).Inc()
 	m.gen.Add(float64(generated))
+}
+
+// loraInfo is vLLM's vllm:lora_requests_info: one series whose labels
+// name the adapter slots (max_lora) and the adapters of the running and
+// of the waiting requests, comma-separated; its value is when it was
+// taken. Labels that change need a collector of their own.
+type loraInfo struct{ s *Server }
+
+var loraInfoDesc = prometheus.NewDesc("vllm:lora_requests_info", "Running stats on lora requests.",
+	[]string{"max_lora", "running_lora_adapters", "waiting_lora_adapters"}, nil)
+
+func (l loraInfo) Describe(ch chan<- *prometheus.Desc) { ch <- loraInfoDesc }
+
+func (l loraInfo) Collect(ch chan<- prometheus.Metric) {
+	l.s.mu.Lock()
+	running, waiting, _ := l.s.eng.LoRAs()
+	slots := l.s.eng.Config().MaxLoRAs
+	l.s.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(loraInfoDesc, prometheus.GaugeValue, float64(time.Now().Unix()),
+		strconv.Itoa(slots), strings.Join(running, ","), strings.Join(waiting, ","))
 }

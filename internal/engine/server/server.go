@@ -2,13 +2,13 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +23,12 @@ import (
 type Config struct {
 	Model  string        // served model name
 	Engine engine.Config // the model's profile and sizes
+	// LoRAModules are the LoRA adapters served over Model (vLLM's
+	// --lora-modules name=path): a request naming one runs with it
+	// (Engine.MaxLoRAs slots, default 1 as vLLM's --max-loras, each load
+	// Engine.LoRALoad), /v1/models lists each with Model as its parent,
+	// and vllm:lora_requests_info names those running and waiting.
+	LoRAModules []string
 	// MetricsStyle is "vllm" (default), "sglang", or "none": no /metrics at
 	// all (404), as llama.cpp servers and many OpenAI fronts.
 	MetricsStyle string
@@ -75,6 +81,14 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	if !validModelName(cfg.Model) {
 		return nil, fmt.Errorf("server: model name %q must be 1-128 characters of letters, digits and ._:/-", cfg.Model)
+	}
+	for _, name := range cfg.LoRAModules {
+		if !validModelName(name) || name == cfg.Model {
+			return nil, fmt.Errorf("server: LoRA module name %q must be 1-128 characters of letters, digits and ._:/- and not the model's", name)
+		}
+	}
+	if len(cfg.LoRAModules) > 0 && cfg.Engine.MaxLoRAs <= 0 {
+		cfg.Engine.MaxLoRAs = 1 // vLLM's default --max-loras
 	}
 	if cfg.TimeScale <= 0 {
 		cfg.TimeScale = 1
@@ -271,9 +285,27 @@ func (s *Server) chance(p float64) bool {
 	return s.rng.Float64() < p
 }
 
+// models serves /v1/models as vLLM does: the model, with parent null,
+// then each LoRA module with the model as its parent.
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
-	body := fmt.Sprintf(`{"object":"list","data":[{"id":%s,"object":"model","created":%d,"owned_by":"skywalker","root":%s,"max_model_len":%d}]}`,
-		strconv.Quote(s.cfg.Model), s.clock.start.Unix(), strconv.Quote(s.cfg.Model), s.eng.Config().MaxModelLen)
+	type card struct {
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+	}
+	created, maxLen := s.clock.start.Unix(), s.eng.Config().MaxModelLen
+	list := struct {
+		Object string `json:"object"`
+		Data   []card `json:"data"`
+	}{Object: "list", Data: []card{{ID: s.cfg.Model, Object: "model", Created: created, OwnedBy: "skywalker", Root: s.cfg.Model, MaxModelLen: maxLen}}}
+	for _, name := range s.cfg.LoRAModules {
+		list.Data = append(list.Data, card{ID: name, Object: "model", Created: created, OwnedBy: "skywalker", Root: "/adapters/" + name,
+			Parent: &s.cfg.Model, MaxModelLen: maxLen})
+	}
 	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write([]byte(body))
+	_ = json.NewEncoder(w).Encode(list)
 }
