@@ -590,3 +590,41 @@ func TestAResidentRequestCrossesAClosedGate(t *testing.T) {
 		}
 	}
 }
+
+// A request of a LoRA adapter goes where its adapter is resident rather
+// than pay its load on an idler replica; where it is resident nowhere it
+// is charged the load everywhere (and balanced as usual); a replica whose
+// every adapter slot serves other adapters has no room for it, and with
+// no other it is held.
+func TestARequestGoesWhereItsAdapterIsResident(t *testing.T) {
+	s := NewSkywalker(DefaultSkywalkerConfig())
+	req := &request.Request{ID: "a", Region: "us-east", PromptTokens: 256, BlockTokens: 128, Blocks: []uint64{7, 8}, Adapter: "sql-lora"}
+	view := func(resident, blocked [2]bool) *View {
+		v := &View{Local: LocalRegion{Name: "us-east", Jurisdiction: "us", Prefill: fastPrefill, PerRequestWait: 20 * time.Millisecond,
+			AdapterLoad: 200 * time.Millisecond}}
+		for i := range 2 {
+			v.Local.Replicas = append(v.Local.Replicas, Replica{Name: fmt.Sprintf("r%d", i), Healthy: true, MaxInFlight: 8,
+				AdapterResident: resident[i], AdapterBlocked: blocked[i]})
+		}
+		v.Local.Replicas[1].InFlight, v.Local.Replicas[1].Running = 3, 3 // r1 is the busier
+		return v
+	}
+	for _, tc := range []struct {
+		name              string
+		resident, blocked [2]bool
+		want              Action
+		replica           int
+	}{
+		{"resident on the busier replica: it goes there", [2]bool{false, true}, [2]bool{}, Dispatch, 1},
+		{"resident nowhere: the idler replica", [2]bool{}, [2]bool{}, Dispatch, 0},
+		{"the idler replica's slots all serve other adapters", [2]bool{}, [2]bool{true, false}, Dispatch, 1},
+		{"no replica has a slot for it: held", [2]bool{}, [2]bool{true, true}, Hold, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := s.Route(req, view(tc.resident, tc.blocked))
+			if d.Action != tc.want || d.Action == Dispatch && d.Replica != tc.replica {
+				t.Errorf("decision %+v, want %v on replica %d", d, tc.want, tc.replica)
+			}
+		})
+	}
+}

@@ -282,3 +282,43 @@ func ExampleServer() {
 	fmt.Println(body.Usage.CompletionTokens)
 	// Output: 3
 }
+
+// LoRA adapters are served as vLLM serves --lora-modules: listed with the
+// model as parent, answered under their own name, named in
+// vllm:lora_requests_info with the slots; an adapter it does not serve is
+// a 404.
+func TestLoRAModulesAreServedAsVLLMServesThem(t *testing.T) {
+	_, url := start(t, Config{Model: "llama-8b", LoRAModules: []string{"sql-lora", "chat-lora"}, TimeScale: 50})
+	resp, err := http.Get(url + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Data []struct {
+			ID     string
+			Parent *string
+		} `json:"data"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if len(list.Data) != 3 || list.Data[0].ID != "llama-8b" || list.Data[0].Parent != nil ||
+		list.Data[1].ID != "sql-lora" || list.Data[1].Parent == nil || *list.Data[1].Parent != "llama-8b" {
+		t.Fatalf("models %+v: want llama-8b (no parent), then sql-lora and chat-lora with parent llama-8b", list.Data)
+	}
+	r, body := post(t, url+"/v1/chat/completions", `{"model":"sql-lora","messages":[{"role":"user","content":"select"}],"max_tokens":3}`)
+	if r.StatusCode != 200 || !strings.Contains(body, `"model":"sql-lora"`) {
+		t.Errorf("an adapter's request: %d %s", r.StatusCode, body)
+	}
+	if r, body := post(t, url+"/v1/chat/completions", `{"model":"math-lora","messages":[{"role":"user","content":"x"}]}`); r.StatusCode != 404 || !strings.Contains(body, "sql-lora") {
+		t.Errorf("an adapter it does not serve: %d %s; want 404 naming what it serves", r.StatusCode, body)
+	}
+	m, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(m.Body)
+	m.Body.Close()
+	if !strings.Contains(string(page), `vllm:lora_requests_info{max_lora="1",running_lora_adapters="",waiting_lora_adapters=""}`) {
+		t.Errorf("no vllm:lora_requests_info with max_lora 1 (vLLM's default) in:\n%s", page)
+	}
+}
