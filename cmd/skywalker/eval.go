@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -58,7 +59,7 @@ against reservation size; every number is the mean of several seeds with a
 					if err != nil {
 						return fmt.Errorf("--scenarios: %w", err)
 					}
-					opt.Entries = append(opt.Entries, eval.Entry{Scenario: sc.Name, Role: eval.RoleOf(sc.Name), Spec: sc})
+					opt.Entries = append(opt.Entries, eval.Entries(sc, eval.RoleOf(sc.Name))...)
 				}
 			}
 			opt.Variants = parseVariants(variantList)
@@ -105,7 +106,9 @@ against reservation size; every number is the mean of several seeds with a
 func entryNames() string {
 	var names []string
 	for _, e := range eval.Set {
-		names = append(names, e.Scenario)
+		if !slices.Contains(names, e.Scenario) {
+			names = append(names, e.Scenario)
+		}
 	}
 	return strings.Join(names, ", ")
 }

@@ -65,6 +65,12 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 				if err != nil {
 					return err
 				}
+				if len(s.Models) > 0 {
+					if trace != "" || verify {
+						return fmt.Errorf("--trace and --verify plan a fleet of one model; %s serves several (skywalker eval --scenarios %s evaluates it)", s.Name, s.Name)
+					}
+					return planFleet(cmd, s, capacity, measure, target, format)
+				}
 				sc = s
 				if in, err = plan.FromScenario(s); err != nil {
 					return err
@@ -167,6 +173,44 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 	f.StringVar(&format, "format", "table", "output: table or json")
 	f.StringVar(&outDir, "out", "", "directory for plan.json and plan.svg")
 	return cmd
+}
+
+// planFleet plans each model of a scenario of several on its own (its
+// demand share, its profile, its plan_capacity or a measured one, or
+// --capacity) and prints them with the fleet's totals.
+func planFleet(cmd *cobra.Command, s *sim.Scenario, capacity float64, measure bool, target float64, format string) error {
+	var models []plan.ModelPlan
+	for _, m := range s.Models {
+		in, err := plan.FromScenarioModel(s, m.Name)
+		if err != nil {
+			return err
+		}
+		switch {
+		case measure:
+			if in.Capacity, err = plan.MeasureModelCapacity(s, m.Name, target); err != nil {
+				return err
+			}
+		case capacity > 0:
+			in.Capacity = capacity
+		case m.PlanCapacity > 0:
+			in.Capacity = m.PlanCapacity
+		default:
+			return fmt.Errorf("model %s has no plan_capacity: give --capacity or --measure-capacity", m.Name)
+		}
+		res, err := plan.Solve(in)
+		if err != nil {
+			return fmt.Errorf("model %s: %w", m.Name, err)
+		}
+		models = append(models, plan.ModelPlan{Model: m.Name, Profile: m.Profile, Result: res})
+	}
+	f := plan.Fleet(models)
+	switch format {
+	case "json":
+		return report.JSON(cmd.OutOrStdout(), f)
+	case "table":
+		return f.WriteTable(cmd.OutOrStdout())
+	}
+	return fmt.Errorf("--format must be table or json, not %q", format)
 }
 
 // planOutput is what `plan` prints: the plan and, with --verify, its

@@ -45,10 +45,27 @@ const (
 
 // Entry is one scenario of the evaluation: a built-in one by name, or
 // Spec when set (a scenario read from a file, or adjusted by the caller).
+// For a scenario of several models, Model names the one whose pool is
+// sized (the others keep their planned fleets, and only its requests are
+// judged): each model is its own entry (see Entries).
 type Entry struct {
 	Scenario string
+	Model    string
 	Role     Role
 	Spec     *sim.Scenario
+}
+
+// Entries are the entries that evaluate sc: one, or one per model of a
+// scenario of several.
+func Entries(sc *sim.Scenario, role Role) []Entry {
+	if len(sc.Models) <= 1 {
+		return []Entry{{Scenario: sc.Name, Role: role, Spec: sc}}
+	}
+	var out []Entry
+	for _, m := range sc.Models {
+		out = append(out, Entry{Scenario: sc.Name, Model: m.Name, Role: role, Spec: sc})
+	}
+	return out
 }
 
 // Set is the evaluation, tuning set first. The tuning set is
@@ -68,6 +85,12 @@ var Set = []Entry{
 	{Scenario: "rag-documents", Role: Evaluation},
 	{Scenario: "flash-crowd", Role: Evaluation},
 	{Scenario: "region-outage", Role: Evaluation},
+	// Wave 3, step 5: a fleet of two models not served everywhere, each
+	// model's pool sized on its own; one base model with fifty LoRA
+	// adapters. Committed before the adapter rule they judge.
+	{Scenario: "two-models", Model: "llama-8b", Role: Evaluation},
+	{Scenario: "two-models", Model: "llama-70b", Role: Evaluation},
+	{Scenario: "lora-adapters", Role: Evaluation},
 }
 
 // Variant is one policy as deployed: a router per region (Router empty),
@@ -411,6 +434,9 @@ type scenarioPlan struct {
 	place    func(n int, sharing bool) map[string]int
 	isolated int
 	placed   map[string]int
+	// fixed are the planned fleets of the models other than entry.Model,
+	// by model and region (a scenario of several models).
+	fixed map[string]map[string]int
 
 	mu     sync.Mutex
 	counts map[arrivalKey]int // requests per (seed, load)
@@ -432,6 +458,9 @@ func newScenarioPlan(e Entry, opt Options) (*scenarioPlan, error) {
 		if err := v.check(sc); err != nil {
 			return nil, fmt.Errorf("eval %s: %w", sc.Name, err)
 		}
+	}
+	if len(sc.Models) > 0 {
+		return p, p.planModels()
 	}
 	if sc.Workload.Kind == "diurnal" && len(sc.Workload.Bursts) == 0 {
 		in, err := plan.FromScenario(sc)
@@ -461,6 +490,55 @@ func newScenarioPlan(e Entry, opt Options) (*scenarioPlan, error) {
 	}
 	p.place = func(n int, _ bool) map[string]int { return placeByWeight(sc, weights, n) }
 	return p, nil
+}
+
+// name is the scenario's name in reports, with the model whose pool is
+// sized after a slash when it serves several.
+func (p *scenarioPlan) name() string {
+	if len(p.sc.Models) > 1 {
+		return p.sc.Name + "/" + p.entry.Model
+	}
+	return p.sc.Name
+}
+
+// planModels plans every model of a scenario of several: the entry's
+// model is sized by the search, along its own plan; the others keep their
+// planned fleets. A scenario of one model with adapters has one entry and
+// no fixed fleets.
+func (p *scenarioPlan) planModels() error {
+	sc, model := p.sc, p.entry.Model
+	if model == "" {
+		if len(sc.Models) > 1 {
+			return fmt.Errorf("eval: scenario %s serves several models: evaluate each (eval.Entries)", sc.Name)
+		}
+		model = sc.Models[0].Name
+		p.entry.Model = model
+	}
+	p.fixed = map[string]map[string]int{}
+	for _, m := range sc.Models {
+		if m.PlanCapacity <= 0 {
+			return fmt.Errorf("eval: scenario %s, model %s has no plan_capacity (measure it with skywalker plan --measure-capacity)", sc.Name, m.Name)
+		}
+		in, err := plan.FromScenarioModel(sc, m.Name)
+		if err != nil {
+			return err
+		}
+		in.Capacity = m.PlanCapacity
+		res, err := plan.Solve(in)
+		if err != nil {
+			return fmt.Errorf("eval: plan %s, model %s: %w", sc.Name, m.Name, err)
+		}
+		if m.Name != model {
+			p.fixed[m.Name] = res.Placement
+			continue
+		}
+		p.planned, p.isolated, p.placed = res.PlannedReplicas, res.IsolatedReplicas, res.Placement
+		p.place = func(n int, sharing bool) map[string]int { return plan.Place(in, res, n, sharing) }
+	}
+	if p.place == nil {
+		return fmt.Errorf("eval: scenario %s has no model %q", sc.Name, model)
+	}
+	return nil
 }
 
 // placeByWeight splits n replicas over the scenario's regions in
@@ -535,7 +613,19 @@ func (e *evaluator) simulate(ctx context.Context, j job) (*results.Result, error
 	sc.Regions = append([]sim.ScenarioRegion(nil), j.plan.sc.Regions...)
 	placement := j.plan.place(j.replicas, j.variant.sharing())
 	for i := range sc.Regions {
-		sc.Regions[i].Replicas = max(placement[sc.Regions[i].Name], 1)
+		r := &sc.Regions[i]
+		if len(sc.Models) == 0 {
+			r.Replicas = max(placement[r.Name], 1)
+			continue
+		}
+		r.Pools = nil
+		for _, m := range sc.Models {
+			n := placement[r.Name]
+			if m.Name != j.plan.entry.Model {
+				n = j.plan.fixed[m.Name][r.Name]
+			}
+			r.Pools = append(r.Pools, sim.ScenarioPool{Model: m.Name, Replicas: n})
+		}
 	}
 	if j.load != 1 {
 		sc.Workload.PeakRPS *= j.load
@@ -548,7 +638,7 @@ func (e *evaluator) simulate(ctx context.Context, j job) (*results.Result, error
 	if err != nil {
 		return nil, fmt.Errorf("eval %s: %w", sc.Name, err)
 	}
-	cfg.Policy, cfg.Router = j.variant.Policy, j.variant.Router
+	cfg.Policy, cfg.Router, cfg.Model = j.variant.Policy, j.variant.Router, j.plan.entry.Model
 	if j.variant.Pooled {
 		pool(&cfg, sc.Regions[0].Name)
 	}
@@ -562,7 +652,7 @@ func (e *evaluator) simulate(ctx context.Context, j job) (*results.Result, error
 		return nil, err
 	}
 	if j.stopEarly {
-		n, err := j.plan.arrivals(j.seed, j.load, wl)
+		n, err := j.plan.arrivals(j.seed, j.load, wl, j.plan.entry.Model)
 		if err != nil {
 			return nil, err
 		}
@@ -594,7 +684,7 @@ func pool(cfg *sim.Config, router string) {
 
 // arrivals is how many requests the scenario's workload sends at a seed
 // and load (counted once: the reservation does not change it).
-func (p *scenarioPlan) arrivals(seed uint64, load float64, wl *sim.Workload) (int, error) {
+func (p *scenarioPlan) arrivals(seed uint64, load float64, wl *sim.Workload, model string) (int, error) {
 	key := arrivalKey{seed, load}
 	p.mu.Lock()
 	n, ok := p.counts[key]
@@ -602,7 +692,7 @@ func (p *scenarioPlan) arrivals(seed uint64, load float64, wl *sim.Workload) (in
 	if ok {
 		return n, nil
 	}
-	n, err := countArrivals(wl)
+	n, err := countArrivals(wl, model)
 	if err != nil {
 		return 0, err
 	}
@@ -620,18 +710,22 @@ type arrivalKey struct {
 	load float64
 }
 
-// countArrivals is how many requests the workload sends.
-func countArrivals(wl *sim.Workload) (int, error) {
+// countArrivals is how many requests the workload sends (of model's, when
+// set).
+func countArrivals(wl *sim.Workload, model string) (int, error) {
 	src, err := wl.Source()
 	if err != nil {
 		return 0, err
 	}
 	n := 0
 	for {
-		if _, ok := src.Next(); !ok {
+		a, ok := src.Next()
+		if !ok {
 			return n, nil
 		}
-		n++
+		if model == "" || a.Request.Base == model {
+			n++
+		}
 	}
 }
 
@@ -695,7 +789,7 @@ func (e *evaluator) search(ctx context.Context, p *scenarioPlan, v Variant, seed
 
 // scenario evaluates every variant of one scenario.
 func (e *evaluator) scenario(ctx context.Context, p *scenarioPlan) (*ScenarioResult, error) {
-	res := &ScenarioResult{Name: p.sc.Name, Role: p.entry.Role, Description: strings.TrimSpace(p.sc.Description),
+	res := &ScenarioResult{Name: p.name(), Role: p.entry.Role, Description: strings.TrimSpace(p.sc.Description),
 		SLO: p.sc.SLO.Objective().String(), Planned: p.planned, Placement: p.placed, Isolated: p.isolated, Cap: p.cap()}
 	type seedRuns struct {
 		min   int

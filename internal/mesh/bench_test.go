@@ -15,10 +15,26 @@ import (
 // BenchmarkGossip runs 3 regions × 3 proxies on loopback with emulated WAN
 // delays, each publishing a digest of a million blocks that grows by 1,000
 // blocks every 2 s (the default digest interval) and a load summary every
-// 250 ms. It reports steady-state gossip bytes sent per second per node
-// (after the first full digests), the bytes of that first exchange, and the
-// time from a digest change to every other node holding it.
+// 250 ms, for a fleet of one model and of four (each summary then carries
+// four models' loads). It reports steady-state gossip bytes sent per
+// second per node (after the first full digests), the bytes of that first
+// exchange, and the time from a digest change to every other node holding
+// it. Target: <= 50 KB/s per node.
 func BenchmarkGossip(b *testing.B) {
+	for _, models := range []int{1, 4} {
+		b.Run(fmt.Sprintf("models=%d", models), func(b *testing.B) { benchGossip(b, models) })
+	}
+}
+
+func benchGossip(b *testing.B, models int) {
+	load := region.Load{Replicas: 4, Slots: 32}
+	if models > 1 {
+		for i := range models {
+			load.Models = append(load.Models, region.Load{Model: fmt.Sprintf("meta-llama/Llama-3.1-%dB-Instruct", 8*(i+1)), Replicas: 4, Slots: 32,
+				Outstanding: 20 + i, QueueWait: time.Duration(i) * 40 * time.Millisecond, QueuedTokens: 40_000, PrefillTokens: 2048,
+				FreeCacheTokens: 100_000, HitShare: 0.5})
+		}
+	}
 	for b.Loop() {
 		links := threeRegions()
 		regions := []string{"us-east", "eu-west", "ap-east"}
@@ -33,7 +49,7 @@ func BenchmarkGossip(b *testing.B) {
 				d.Add(rng.Uint64())
 			}
 			digests = append(digests, d)
-			n.src.set(region.Load{Replicas: 4, Slots: 32})
+			n.src.set(load)
 			n.src.setDigest(d)
 			nodes = append(nodes, n)
 			if i > 0 {

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"skywalker/internal/sim"
@@ -11,8 +12,16 @@ import (
 // MeasureCapacity finds, by simulation, the requests/s one replica of the
 // scenario's first region serves within the SLO-attainment target: a
 // single region of two replicas under flat demand of the scenario's
-// request mix, bisecting on the rate.
+// request mix, bisecting on the rate. For a scenario of several models,
+// MeasureModelCapacity measures one.
 func MeasureCapacity(s *sim.Scenario, target float64) (float64, error) {
+	return MeasureModelCapacity(s, "", target)
+}
+
+// MeasureModelCapacity is MeasureCapacity for one model of a scenario of
+// several: two replicas of its profile, serving only its requests (its
+// adapters too).
+func MeasureModelCapacity(s *sim.Scenario, model string, target float64) (float64, error) {
 	if s.Workload.Kind != "diurnal" {
 		return 0, fmt.Errorf("measure capacity: needs a diurnal scenario's request mix")
 	}
@@ -22,6 +31,16 @@ func MeasureCapacity(s *sim.Scenario, target float64) (float64, error) {
 	sc := *s
 	region := s.Regions[0]
 	region.Replicas, region.Weight = 2, 1
+	if model != "" {
+		i := slices.IndexFunc(s.Models, func(m sim.ScenarioModel) bool { return m.Name == model })
+		if i < 0 {
+			return 0, fmt.Errorf("measure capacity: the scenario has no model %q", model)
+		}
+		m := s.Models[i]
+		m.Share = 1
+		sc.Models = []sim.ScenarioModel{m}
+		region.Replicas, region.Pools = 0, []sim.ScenarioPool{{Model: model, Replicas: 2}}
+	}
 	sc.Regions = []sim.ScenarioRegion{region}
 	sc.RTT, sc.Faults = nil, nil
 	sc.Workload.ValleyRatio, sc.Workload.Bursts = 1, nil

@@ -15,14 +15,35 @@ import (
 	"time"
 
 	"skywalker/internal/policy"
+	"skywalker/internal/profile"
 	"skywalker/internal/sim"
 	"skywalker/internal/strictyaml"
 	"skywalker/internal/workload"
 )
 
 // FromScenario reads demand from a scenario's diurnal workload: each
-// region's request rate at every hour of the day (UTC).
-func FromScenario(s *sim.Scenario) (Input, error) {
+// region's request rate at every hour of the day (UTC). For a scenario of
+// several models it is their demand together; FromScenarioModel plans one.
+func FromScenario(s *sim.Scenario) (Input, error) { return FromScenarioModel(s, "") }
+
+// FromScenarioModel is FromScenario for one model of a scenario of
+// several: its share of each region's demand, and the typical request's
+// time to first token on its replicas' profile. model "" is all demand.
+func FromScenarioModel(s *sim.Scenario, model string) (Input, error) {
+	share, prof := 1.0, ""
+	if model != "" {
+		total := 0.0
+		for _, m := range s.Models {
+			total += m.Share
+			if m.Name == model {
+				share, prof = m.Share, m.Profile
+			}
+		}
+		if prof == "" {
+			return Input{}, fmt.Errorf("plan: the scenario has no model %q", model)
+		}
+		share /= total
+	}
 	cfg, wl, err := s.Build("")
 	if err != nil {
 		return Input{}, err
@@ -32,7 +53,7 @@ func FromScenario(s *sim.Scenario) (Input, error) {
 	}
 	d := wl.Diurnal
 	in := Input{RTT: map[[2]string]time.Duration{}, MaxWANRTT: cfg.PolicyConfig.Skywalker.MaxWANRTT}
-	if in.Objective, in.TTFT, err = typicalTTFT(cfg, wl); err != nil {
+	if in.Objective, in.TTFT, err = typicalTTFT(cfg, wl, prof); err != nil {
 		return Input{}, err
 	}
 	for i, r := range cfg.Regions {
@@ -41,7 +62,7 @@ func FromScenario(s *sim.Scenario) (Input, error) {
 			// The workload's clock: hour h of the day is offset h/24 of a day
 			// after StartHour.
 			t := time.Duration((float64((h-int(d.StartHour)+24)%24) / 24) * float64(d.Day))
-			reg.Demand[h] = d.Rate(i, t)
+			reg.Demand[h] = share * d.Rate(i, t)
 		}
 		in.Regions = append(in.Regions, reg)
 		for j := i + 1; j < len(cfg.Regions); j++ {
@@ -55,10 +76,10 @@ func FromScenario(s *sim.Scenario) (Input, error) {
 const typicalSample = 2000
 
 // typicalTTFT is the reach rule's request for a plan: the objective and
-// the idle prefill time, on the first region's profile, of the median
-// prompt among the workload's first arrivals. With admission off (no
-// objective) it is zero, and reach is the WAN cap alone.
-func typicalTTFT(cfg sim.Config, wl *sim.Workload) (objective, ttft time.Duration, err error) {
+// the idle prefill time, on profile prof (default the first region's), of
+// the median prompt among the workload's first arrivals. With admission
+// off (no objective) it is zero, and reach is the WAN cap alone.
+func typicalTTFT(cfg sim.Config, wl *sim.Workload, prof string) (objective, ttft time.Duration, err error) {
 	src, err := wl.Source()
 	if err != nil {
 		return 0, 0, fmt.Errorf("plan: the scenario's workload: %w", err)
@@ -76,7 +97,13 @@ func typicalTTFT(cfg sim.Config, wl *sim.Workload) (objective, ttft time.Duratio
 	}
 	slices.Sort(prompts)
 	median := prompts[len(prompts)/2]
-	return cfg.SLO.For(median), policy.PrefillOf(cfg.Regions[0].Profile).Time(median), nil
+	p := cfg.Regions[0].PoolSpecs()[0].Profile
+	if prof != "" {
+		if p, err = profile.Lookup(prof); err != nil {
+			return 0, 0, err
+		}
+	}
+	return cfg.SLO.For(median), policy.PrefillOf(p).Time(median), nil
 }
 
 // Demand files. CSV: a header naming region and hour columns and one of

@@ -138,6 +138,10 @@ type Config struct {
 	// the smallest reservation that meets a target needs no more than
 	// "it does not". The result then has Stopped set.
 	StopAfterMisses int
+	// Model, if set, is the only base model whose requests the result
+	// counts (the others are still simulated): to size one model's pool of
+	// a fleet of several.
+	Model string
 	// ClientRTT is the round trip between a client and its own region's
 	// router (GORGO measured ~37 ms on the public internet); zero by
 	// default.

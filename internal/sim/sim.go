@@ -232,7 +232,7 @@ func (w *world) loop() error {
 	}
 	// Whatever is still outstanding when the run stops is counted, not hidden.
 	for _, sr := range w.live {
-		w.collect.Add(w.sample(sr, "unfinished"))
+		w.record(w.sample(sr, "unfinished"))
 	}
 	return nil
 }
@@ -420,7 +420,7 @@ func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
 	smp.TTFT = sr.firstToken + back - sr.arrival
 	smp.End = w.now + back
 	smp.OutputTokens, smp.CachedTokens = s.Generated, s.CachedTokens
-	w.collect.Add(smp)
+	w.record(smp)
 	w.settle(sr)
 }
 
@@ -429,6 +429,14 @@ func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
 type forwardDone struct {
 	attempt      *region.Attempt
 	cachedTokens int
+}
+
+// record counts a request as its client saw it: every request, or only
+// those of Config.Model.
+func (w *world) record(s results.Sample) {
+	if w.cfg.Model == "" || s.Model == w.cfg.Model {
+		w.collect.Add(s)
+	}
 }
 
 // sample is what the client of sr saw, for a request that ended with
@@ -460,7 +468,7 @@ func (w *world) drop(sr *simRequest, reason string) {
 		in.scheduleExpire()
 	}
 	sr.forward, sr.forwardedTo = nil, -1
-	w.collect.Add(w.sample(sr, reason))
+	w.record(w.sample(sr, reason))
 	w.settle(sr)
 }
 

@@ -1,0 +1,67 @@
+package region
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"skywalker/internal/digest"
+	"skywalker/internal/policy"
+	"skywalker/internal/prefix/prefixtest"
+	"skywalker/internal/request"
+)
+
+// BenchmarkRouteInAFleetOfFourModels is a request's whole way through one
+// region of a fleet of 4 models × 3 regions × 16 replicas per model and
+// region: its pool's view (16 replicas' prefix matches from the index,
+// the peers serving its model with their digests), the policy, the
+// booking of the dispatch and the end of the attempt. The prompt is 2,048
+// tokens (16 blocks), half of it cached on one replica; each peer's
+// digest holds 100k blocks. Target: <= 5 µs.
+func BenchmarkRouteInAFleetOfFourModels(b *testing.B) {
+	models := []string{"llama-8b", "llama-70b", "qwen-32b", "mistral-7b"}
+	var last *Attempt
+	p := NewPools(func(string) Config {
+		return Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 64,
+			Prefill: policy.PrefillProfile{Fixed: 20 * time.Millisecond, PerToken: 250 * time.Microsecond}}
+	}, func(string) (policy.Policy, error) { return policy.NewSkywalker(policy.DefaultSkywalkerConfig()), nil }, func(a *Attempt) { last = a })
+	byModel := map[string][]ReplicaSpec{}
+	for _, model := range models {
+		for i := range 16 {
+			byModel[model] = append(byModel[model], ReplicaSpec{Name: fmt.Sprintf("%s-%d", model, i)})
+		}
+	}
+	if err := p.SetReplicas(byModel); err != nil {
+		b.Fatal(err)
+	}
+	var peers []Peer
+	for i, name := range []string{"eu-west", "ap-east"} {
+		d := digest.New(name, "", 1, 100_000, 0.01)
+		for j := range uint64(100_000) {
+			d.Add(j*0x9E3779B97F4A7C15 + uint64(i))
+		}
+		var loads []Load
+		for _, model := range models {
+			loads = append(loads, Load{Model: model, Replicas: 16, Slots: 1024, Outstanding: 600, QueueWait: 50 * time.Millisecond})
+		}
+		peers = append(peers, Peer{Region: name, Jurisdiction: "eu", Healthy: true, GateOpen: true, RTT: time.Duration(72+90*i) * time.Millisecond,
+			Load: Load{Replicas: 64, Models: loads}, Digest: d})
+	}
+	p.SetPeers(peers)
+	blocks := prefixtest.Chain(42, 16)
+	warm := &request.Request{ID: "warm", PromptTokens: 1024, Blocks: blocks[:8], BlockTokens: 128, MaxTokens: 64}
+	warm.SetPool("llama-70b", "")
+	p.Submit(t0, warm)
+	now := t0
+	b.ReportAllocs()
+	for b.Loop() {
+		req := &request.Request{ID: "r", PromptTokens: 2048, Blocks: append([]uint64(nil), blocks...), BlockTokens: 128, MaxTokens: 64}
+		req.SetPool("llama-70b", "")
+		p.Submit(now, req)
+		if last == nil || last.Request != req {
+			b.Fatal("the request was not delivered at once")
+		}
+		last.End(now, Served)
+		now = now.Add(time.Millisecond)
+	}
+}
