@@ -59,6 +59,7 @@ type Sample struct {
 	CachedTokens int
 	Status       int
 	Code         string // the OpenAI-style error's code on a non-200 answer ("overloaded", "shed", ...)
+	Model        string // the model it asked for
 	Err          error
 }
 
@@ -185,8 +186,12 @@ type message struct {
 // send streams one request and measures it.
 func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Sample {
 	req := a.Request
-	s := Sample{Ingress: a.Region, Served: a.Region, Start: time.Now(), PromptTokens: req.PromptTokens}
-	body := chatRequest{Model: cfg.Model, Messages: []message{{Role: "user", Content: Prompt(req)}}, MaxTokens: max(req.MaxTokens, 1),
+	model := cfg.Model
+	if req.Model != "" { // a workload of several models names each request's
+		model = req.Model
+	}
+	s := Sample{Ingress: a.Region, Served: a.Region, Start: time.Now(), PromptTokens: req.PromptTokens, Model: model}
+	body := chatRequest{Model: model, Messages: []message{{Role: "user", Content: Prompt(req)}}, MaxTokens: max(req.MaxTokens, 1),
 		Stream: true, StreamOptions: map[string]bool{"include_usage": true}, User: req.Session}
 	if req.Residency != "" {
 		body.Metadata = map[string]string{"data_residency": req.Residency}
@@ -371,7 +376,7 @@ func Check(samples []Sample, maxShare float64) error {
 // offsets from begin.
 func (s Sample) Record(begin time.Time) results.Sample {
 	r := results.Sample{Ingress: s.Ingress, Served: s.Served, Start: s.Start.Sub(begin), TTFT: s.TTFT,
-		PromptTokens: s.PromptTokens, OutputTokens: s.OutputTokens, CachedTokens: s.CachedTokens}
+		PromptTokens: s.PromptTokens, OutputTokens: s.OutputTokens, CachedTokens: s.CachedTokens, Model: s.Model}
 	r.End = r.Start + s.E2E
 	switch {
 	case s.Err != nil && s.Status == 0:

@@ -33,23 +33,42 @@ import (
 // Topology is the demo's: three regions with emulated WAN RTTs.
 var Topology = node.ThreeRegions
 
-// Model is the model name the demo's engines serve.
-const Model = "llama3-8b-demo"
+// Model is the model name most of the demo's engines serve, and
+// LargeModel the one a single engine serves in us-east and eu-west only:
+// ap-east's requests for it are forwarded.
+const (
+	Model      = "llama3-8b-demo"
+	LargeModel = "llama3-70b-demo"
+)
+
+// largeShare is the share of the demo's sessions that ask for LargeModel.
+const largeShare = 0.1
 
 // GateThreshold is the demo's WAN gate threshold: above the 180 ms
 // eu-west–ap-east link, so every region may share with every other (the
 // product's default ceiling is 1 s; reach follows each request's objective).
 const GateThreshold = 200 * time.Millisecond
 
-// Start brings up a mesh: two simulated A100 engines per region, a proxy
-// per region on ports[i] (0 picks a free port) routing by policyName,
-// gossip over emulated WAN links; it returns once the mesh has converged.
+// Start brings up a mesh: two simulated Llama-3.1-8B A100 engines per
+// region and one Llama-3.1-70B engine (four H100s) in us-east and
+// eu-west, a proxy per region on ports[i] (0 picks a free port) routing
+// by policyName, gossip over emulated WAN links; it returns once the mesh
+// has converged.
 func Start(ctx context.Context, policyName string, ports []int, log *slog.Logger) (*node.Cluster, error) {
 	prof, _ := profile.Lookup("llama3-8b-a100")
+	large, _ := profile.Lookup("llama3-70b-h100x4")
+	small := server.Config{Model: Model, Engine: engine.Config{Profile: prof, MaxNumSeqs: 48}, TimeScale: 1}
+	big := server.Config{Model: LargeModel, Engine: engine.Config{Profile: large, MaxNumSeqs: 48}, TimeScale: 1}
 	c, err := node.StartCluster(ctx, node.ClusterOptions{Topology: Topology, Ports: ports, Logger: log,
-		Engine: server.Config{Model: Model, Engine: engine.Config{Profile: prof, MaxNumSeqs: 48}, TimeScale: 1},
+		RegionEngines: func(region string) []server.Config {
+			if region == "ap-east" {
+				return []server.Config{small, small}
+			}
+			return []server.Config{small, small, big}
+		},
 		Proxy: func(cfg *proxy.Config) {
 			cfg.Policy, cfg.Profile = policyName, prof.Name
+			cfg.ModelProfiles = map[string]string{LargeModel: large.Name}
 			cfg.MaxWANRTT, cfg.MaxInFlight, cfg.MaxWait = GateThreshold, 24, 20*time.Second
 		},
 		Mesh: func(mc *mesh.Config) { mc.Control.DigestInterval = 500 * time.Millisecond },
@@ -76,21 +95,26 @@ func Day(length time.Duration, seed uint64) workload.Diurnal {
 	}
 	return workload.Diurnal{Regions: regions, Day: length, Duration: length, PeakRPS: 30, ValleyRatio: 0.15,
 		MeanTurns: 3, ThinkTime: length / 40, Tenants: 6, TenantPromptTokens: 1024, MaxPromptTokens: 4096,
-		MaxOutputTokens: 48, Lengths: workload.Synthetic(), BlockTokens: 128, Seed: seed}
+		MaxOutputTokens: 48, Lengths: workload.Synthetic(), BlockTokens: 128, Seed: seed,
+		Models: []workload.ModelMix{{Name: Model, Share: 1 - largeShare}, {Name: LargeModel, Share: largeShare}}}
 }
 
 // Summary is the demo's final report: what the clients of each region
 // saw, and all of them together.
 type Summary struct {
-	Regions       map[string]results.RegionStats `json:"regions"`
-	Overall       results.RegionStats            `json:"overall"`
-	LocalBaseline *Baseline                      `json:"local_baseline,omitempty"`
+	Regions map[string]results.RegionStats `json:"regions"`
+	Overall results.RegionStats            `json:"overall"`
+	// Models is each model's share of it: requests and the share within
+	// the demo's 1 s TTFT objective.
+	Models        map[string]results.GroupStats `json:"models"`
+	LocalBaseline *Baseline                     `json:"local_baseline,omitempty"`
 }
 
 // Baseline is the same day with forwarding off.
 type Baseline struct {
 	Regions map[string]results.RegionStats `json:"regions"`
 	Overall results.RegionStats            `json:"overall"`
+	Models  map[string]results.GroupStats  `json:"models"`
 }
 
 // Summarize computes per-region and overall figures from client samples,
@@ -98,6 +122,11 @@ type Baseline struct {
 func Summarize(samples []bench.Sample) (map[string]results.RegionStats, results.RegionStats) {
 	res := bench.Summarize("demo", demoSLO, samples)
 	return res.Regions, res.Totals()
+}
+
+// SummarizeModels is each model's figures from client samples.
+func SummarizeModels(samples []bench.Sample) map[string]results.GroupStats {
+	return bench.Summarize("demo", demoSLO, samples).Models
 }
 
 // live prints the per-region view while a day runs: redrawn in place every

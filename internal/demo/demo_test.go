@@ -145,5 +145,17 @@ func TestOpenAIClientDuringABurst(t *testing.T) {
 	if overall.Arrivals != len(samples) || perRegion != len(samples) {
 		t.Errorf("requests: summary %d (regions %d), client %d", overall.Arrivals, perRegion, len(samples))
 	}
+	// Both models are served by their own pools; ap-east has no engine of
+	// the large one, so its requests for it are served elsewhere.
+	for _, s := range samples {
+		if s.Model == LargeModel && s.Ingress == "ap-east" && s.OK() && s.Served == "ap-east" {
+			t.Errorf("a %s request was served in ap-east, which has no engine of it", LargeModel)
+		}
+	}
+	for _, m := range []string{Model, LargeModel} {
+		if g := SummarizeModels(samples)[m]; g.Requests == 0 || g.SLOAttainment == 0 {
+			t.Errorf("model %s: %+v; want requests served", m, g)
+		}
+	}
 	t.Logf("OpenAI client requests: %v; day: %d requests, %d served cross-region", clientSeen, len(samples), forwarded)
 }

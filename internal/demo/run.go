@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -52,7 +53,8 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if opt.Duration > 0 {
 		day = max(4*time.Second, (opt.Duration-8*time.Second)/2)
 	}
-	fmt.Fprintf(view, "SkyWalker demo: 3 regions × 2 simulated Llama-3.1-8B A100 engines, a proxy per region, WAN %s.\n", Topology.String())
+	fmt.Fprintf(view, "SkyWalker demo: 3 regions × 2 simulated Llama-3.1-8B A100 engines (%s), one Llama-3.1-70B engine (%s) in us-east and eu-west only, a proxy per region, WAN %s.\n",
+		Model, LargeModel, Topology.String())
 	fmt.Fprintf(view, "WAN gate ceiling %v (the product's default is 1 s; whether a link may carry a request is decided by its TTFT objective).\n", GateThreshold)
 	fmt.Fprintf(view, "One day compressed to %v, demand phase-shifted by time zone; each region's peak is more than its own replicas serve.\n", day)
 	fmt.Fprintf(view, "About %v in all; Ctrl-C stops at any time.", (2*day + 10*time.Second).Round(time.Second))
@@ -85,7 +87,8 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return Summary{}, err
 	}
 	regions, overall := Summarize(samples)
-	sum := Summary{Regions: regions, Overall: overall, LocalBaseline: &Baseline{Regions: baseRegions, Overall: baseOverall}}
+	sum := Summary{Regions: regions, Overall: overall, Models: SummarizeModels(samples),
+		LocalBaseline: &Baseline{Regions: baseRegions, Overall: baseOverall, Models: SummarizeModels(baseSamples)}}
 	if opt.JSON {
 		enc := json.NewEncoder(opt.Stdout)
 		enc.SetIndent("", "  ")
@@ -127,15 +130,26 @@ func printSummary(w io.Writer, s Summary) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	ms := func(m results.Millis) string {
+		if x := float64(m); math.IsInf(x, 1) {
+			return "∞" // a request never answered within the percentile
+		}
+		return fmt.Sprintf("%.0f", float64(m))
+	}
 	row := func(name string, r, b results.RegionStats) {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%.0f\t%.0f\t%.0f%%\t|\t%.0f\t%.0f\t\n", name, r.Arrivals, r.ServedLocal, r.ForwardedOut, r.Received,
-			r.TTFTP50Ms, r.TTFTP99Ms, 100*r.CacheHitRate, b.TTFTP50Ms, b.TTFTP99Ms)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f%%\t|\t%s\t%s\t\n", name, r.Arrivals, r.ServedLocal, r.ForwardedOut, r.Received,
+			ms(r.TTFTP50Ms), ms(r.TTFTP99Ms), 100*r.CacheHitRate, ms(b.TTFTP50Ms), ms(b.TTFTP99Ms))
 	}
 	for _, n := range names {
 		row(n, s.Regions[n], s.LocalBaseline.Regions[n])
 	}
 	row("all", s.Overall, s.LocalBaseline.Overall)
 	_ = tw.Flush()
+	fmt.Fprintf(w, "\nBy model (within the 1 s TTFT objective; ap-east has no %s engine, so its requests for it are forwarded, or fail with forwarding off):\n", LargeModel)
+	for _, m := range []string{Model, LargeModel} {
+		g, b := s.Models[m], s.LocalBaseline.Models[m]
+		fmt.Fprintf(w, "  %-16s %5d requests, %5.1f%% within  |  local: %5.1f%%\n", m, g.Requests, 100*g.SLOAttainment, 100*b.SLOAttainment)
+	}
 }
 
 func portList(ports []int) string {
