@@ -210,6 +210,18 @@ func TestEveryExampleRendersToValidObjectsTheBinaryAccepts(t *testing.T) {
 						}
 					}
 				}
+				if pools, _ := values["modelPools"].(map[string]any); len(pools) != len(cfg.ModelPools) {
+					t.Errorf("%s: values pin %v, the proxy reads %v", d.Name, pools, cfg.ModelPools)
+				} else {
+					for model, urls := range pools {
+						if fmt.Sprint(urls) != fmt.Sprint(cfg.ModelPools[model]) {
+							t.Errorf("%s: model %s pinned to %v, the proxy reads %v", d.Name, model, urls, cfg.ModelPools[model])
+						}
+					}
+				}
+				if profiles, _ := values["modelProfiles"].(map[string]any); len(profiles) != len(cfg.ModelProfiles) {
+					t.Errorf("%s: values give profiles %v, the proxy reads %v", d.Name, profiles, cfg.ModelProfiles)
+				}
 				if !hasMemoryLimitEnv(ctr) {
 					t.Errorf("%s: GOMEMLIMIT is not the container's memory limit (%v): the heap could grow past it", d.Name, ctr.Resources.Limits.Memory())
 				}

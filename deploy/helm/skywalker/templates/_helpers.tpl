@@ -5,7 +5,9 @@
 {{- fail "region must be lower-case letters, digits and dashes" -}}
 {{- end -}}
 {{- $_ := required "set image.repository to the image you built and pushed (README: Deployment)" .Values.image.repository -}}
-{{- $_ = required "set pool to the region's replicas (URLs, or one headless Service name)" .Values.pool -}}
+{{- if not (or .Values.pool .Values.modelPools) -}}
+{{- fail "set pool to the region's replicas (URLs, or one headless Service name), or list them per model in modelPools" -}}
+{{- end -}}
 {{- if not (or .Values.gossip.existingSecret .Values.gossip.key) -}}
 {{- fail "set gossip.existingSecret or gossip.key: the mesh is encrypted, with the same key in every region" -}}
 {{- end -}}
@@ -37,6 +39,22 @@ skywalker.io/region: {{ .Values.region }}
 {{- $peers = append $peers (printf "%s:%s" .region .url) -}}
 {{- end -}}
 {{- join "," $peers -}}
+{{- end -}}
+
+{{- define "skywalker.modelPools" -}}
+{{- $pairs := list -}}
+{{- range $model, $urls := .Values.modelPools -}}
+{{- $pairs = append $pairs (printf "%s=%s" $model (join "," $urls)) -}}
+{{- end -}}
+{{- join ";" $pairs -}}
+{{- end -}}
+
+{{- define "skywalker.modelProfiles" -}}
+{{- $pairs := list -}}
+{{- range $model, $p := .Values.modelProfiles -}}
+{{- $pairs = append $pairs (printf "%s=%s" $model $p) -}}
+{{- end -}}
+{{- join "," $pairs -}}
 {{- end -}}
 
 {{- define "skywalker.peerJurisdictions" -}}
@@ -92,7 +110,16 @@ spec:
         {{- with include "skywalker.peerJurisdictions" $root }}
         - {name: SKYWALKER_PEER_JURISDICTIONS, value: {{ . | quote }}}
         {{- end }}
-        - {name: LOCAL_WORKER_POOL, value: {{ $root.Values.pool | quote }}}
+        {{- with $root.Values.pool }}
+        - {name: LOCAL_WORKER_POOL, value: {{ . | quote }}}
+        {{- end }}
+        {{- with include "skywalker.modelPools" $root }}
+        - {name: SKYWALKER_MODEL_POOLS, value: {{ . | quote }}}
+        {{- end }}
+        {{- with include "skywalker.modelProfiles" $root }}
+        - {name: SKYWALKER_MODEL_PROFILES, value: {{ . | quote }}}
+        {{- end }}
+        - {name: SKYWALKER_LORA_LOAD_TIME, value: {{ $root.Values.loraLoadTime | quote }}}
         - {name: MAX_WAN_RTT_THRESHOLD_MS, value: {{ $root.Values.mesh.maxWanRttMs | quote }}}
         - {name: SKYWALKER_MESH_PRESET, value: {{ $root.Values.mesh.preset | quote }}}
         - {name: SKYWALKER_LISTEN, value: ":9000"}
