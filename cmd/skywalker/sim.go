@@ -18,9 +18,9 @@ import (
 
 func newSimCommand() *cobra.Command {
 	var (
-		scenario, policies, format, out, sweep, trace string
-		seed                                          uint64
-		quiet, fifo, noAdmission, noCacheTruth        bool
+		scenario, policies, format, out, sweep, trace    string
+		seed                                             uint64
+		quiet, fifo, noAdmission, noCacheTruth, kvEvents bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -35,7 +35,7 @@ attainment, cache hit rate and cross-region traffic.`,
 			if err != nil {
 				return err
 			}
-			opt := sim.Options{Seed: seed, Trace: trace, NoCacheTruth: noCacheTruth}
+			opt := sim.Options{Seed: seed, Trace: trace, NoCacheTruth: noCacheTruth, KVEvents: kvEvents}
 			if policies != "" {
 				opt.Policies = strings.Split(policies, ",")
 			}
@@ -99,6 +99,7 @@ attainment, cache hit rate and cross-region traffic.`,
 	f.BoolVar(&fifo, "fifo", false, "turn per-tenant fair queuing off: each class in arrival order")
 	f.BoolVar(&noAdmission, "no-admission", false, "turn SLO-aware admission off: hold every request until its deadline")
 	f.BoolVar(&noCacheTruth, "no-cache-truth", false, "turn cache-truth feedback off: engines' cached-token counts do not correct the routers' prefix index")
+	f.BoolVar(&kvEvents, "kv-events", false, "the engines publish KV events (what their prefix caches store and evict) and the routers' indexes rest on them")
 	return cmd
 }
 

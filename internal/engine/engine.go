@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"skywalker/internal/kvevents"
 	"skywalker/internal/profile"
 )
 
@@ -27,6 +28,12 @@ type Config struct {
 	// sequence's adapter costs nothing).
 	MaxLoRAs int
 	LoRALoad time.Duration
+	// KVEvents makes the engine record what its prefix cache stores and
+	// evicts, as vLLM's KV events say it (TakeKVEvents): each run of
+	// prompt units a sequence registers is one BlockStored (the units are
+	// its blocks, of UnitTokens tokens, chained from the unit before), each
+	// evicted unit a BlockRemoved.
+	KVEvents bool
 }
 
 func (c Config) resolved() Config {
@@ -133,6 +140,7 @@ type Engine struct {
 	loras       []loraSlot // resident adapters, at most MaxLoRAs
 	loraClock   int64      // orders the slots' last use
 	loaded      int        // adapters loaded for the step being formed
+	kvEvents    []kvevents.Event
 }
 
 // loraSlot is one resident LoRA adapter.
@@ -145,7 +153,9 @@ type loraSlot struct {
 // New returns an idle engine.
 func New(cfg Config) *Engine {
 	cfg = cfg.resolved()
-	return &Engine{cfg: cfg, cache: newKVCache(cfg.KVBlocks)}
+	e := &Engine{cfg: cfg, cache: newKVCache(cfg.KVBlocks)}
+	e.cache.trackEvictions = cfg.KVEvents
+	return e
 }
 
 // Config returns the resolved configuration.
@@ -449,6 +459,12 @@ func (e *Engine) commitUnits(s *Sequence) {
 	if s.UnitTokens <= 0 {
 		return
 	}
+	var stored kvevents.Event // the run of units this call registers, for KV events
+	defer func() {
+		if len(stored.Hashes) > 0 {
+			e.kvEvents = append(e.kvEvents, stored)
+		}
+	}()
 	for i := len(s.refs); i < len(s.Units); i++ {
 		start, end := i*s.UnitTokens, s.unitEnd(i)
 		if start >= s.PromptTokens || end > s.computed {
@@ -458,11 +474,38 @@ func (e *Engine) commitUnits(s *Sequence) {
 		u, ok := e.cache.acquire(s.Units[i])
 		if !ok {
 			u = e.cache.insert(s.Units[i], (end-start+e.cfg.BlockSize-1)/e.cfg.BlockSize)
+			if e.cfg.KVEvents {
+				if len(stored.Hashes) == 0 {
+					stored = kvevents.Event{Kind: kvevents.Stored, BlockSize: s.UnitTokens, Medium: "GPU", LoRAName: s.Adapter}
+					if i > 0 {
+						stored.Parent, stored.HasParent = s.Units[i-1], true
+					}
+				}
+				stored.Hashes = append(stored.Hashes, s.Units[i])
+				stored.Tokens += end - start
+			}
+		} else if len(stored.Hashes) > 0 { // another sequence registered it meanwhile: the run ends
+			e.kvEvents = append(e.kvEvents, stored)
+			stored = kvevents.Event{}
 		}
 		s.refs = append(s.refs, u)
 		s.private = e.privateBlocks(s, s.computed)
 		e.cache.usedPrivate -= before - s.private
 	}
+}
+
+// TakeKVEvents returns the KV events recorded since the last call (with
+// Config.KVEvents), evictions first: what the engine publishes after a
+// step.
+func (e *Engine) TakeKVEvents() []kvevents.Event {
+	var out []kvevents.Event
+	if ev := e.cache.evicted; len(ev) > 0 {
+		out = append(out, kvevents.Event{Kind: kvevents.Removed, Hashes: ev, Medium: "GPU"})
+		e.cache.evicted = nil
+	}
+	out = append(out, e.kvEvents...)
+	e.kvEvents = e.kvEvents[:0]
+	return out
 }
 
 // release frees everything a sequence holds. Units are released deepest

@@ -14,6 +14,10 @@ type kvCache struct {
 	lruHead     *unit // least recently released; evicted first
 	lruTail     *unit
 	evictions   int64
+	// evicted collects the hashes of evicted units while trackEvictions
+	// is set (KV events: Engine.TakeKVEvents).
+	trackEvictions bool
+	evicted        []uint64
 }
 
 type unit struct {
@@ -44,6 +48,9 @@ func (c *kvCache) ensure(n int) bool {
 		c.usedUnits -= u.blocks
 		delete(c.units, u.hash)
 		c.evictions++
+		if c.trackEvictions {
+			c.evicted = append(c.evicted, u.hash)
+		}
 	}
 	return c.free() >= n
 }

@@ -168,11 +168,36 @@ func (x *Index) touch(t Target, hash uint64) bool {
 
 // evict removes t's least recently used entry.
 func (x *Index) evict(t Target) {
-	ts := &x.targets[t]
-	n := ts.tail
-	if n == 0 {
-		return
+	if n := x.targets[t].tail; n != 0 {
+		x.drop(n)
 	}
+}
+
+// Remove drops target t's entries for blocks (those it holds), as when its
+// engine said it evicted them, and returns how many it dropped. The caller
+// keeps t's set prefix-closed by passing a block with every deeper block
+// of its prompt.
+func (x *Index) Remove(t Target, blocks []uint64) int {
+	dropped := 0
+	for _, h := range blocks {
+		e, ok := x.blocks[h]
+		if !ok || e.mask&(1<<t) == 0 {
+			continue
+		}
+		n := e.first
+		for x.nodes[n].target != t {
+			n = x.nodes[n].sibling
+		}
+		x.drop(n)
+		dropped++
+	}
+	return dropped
+}
+
+// drop removes the entry of node n.
+func (x *Index) drop(n uint32) {
+	t := x.nodes[n].target
+	ts := &x.targets[t]
 	hash := x.nodes[n].hash
 	x.unlink(n)
 	ts.count--

@@ -122,8 +122,12 @@ type CacheTruth struct {
 	Short             int64 // predictions short by a block or more
 	// PredictedHits is the requests routed as holding a cached prefix
 	// (predicted > 0), and Hits those of them whose engine really held it
-	// (to within a block).
+	// (to within a block): the prediction's precision.
 	PredictedHits, Hits int64
+	// Cached is the requests whose engine held a block or more of their
+	// prompt, and Foreseen those of them the index predicted so: its
+	// recall.
+	Cached, Foreseen int64
 }
 
 // cacheReported records what the engine reported cached for a dispatched
@@ -149,6 +153,12 @@ func (r *Region) cacheReported(req *request.Request, cachedTokens int) {
 			rp.truth.Hits++
 		}
 	}
+	if cachedTokens >= block {
+		rp.truth.Cached++
+		if predicted >= block {
+			rp.truth.Foreseen++
+		}
+	}
 	if r.cfg.NoCacheTruth {
 		return
 	}
@@ -158,7 +168,7 @@ func (r *Region) cacheReported(req *request.Request, cachedTokens int) {
 	} else if predicted > 0 {
 		rp.cacheFactor = min(rp.cacheFactor*cacheGrow, 1)
 	}
-	r.index.SetCapacity(rp.target, r.believedTokens(rp))
+	r.sizeIndex(rp)
 }
 
 // believedTokens is the cache the index sizes rp by: what its engine

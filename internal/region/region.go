@@ -368,6 +368,7 @@ func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
 	if !o.Submitted.IsZero() {
 		b.sent = o.Submitted.Add(o.Waited)
 	}
+	b.chain = r.cacheSent(rp, req.Blocks, req.BlockTokens, prefixBlocks)
 	r.bookings[req] = b
 	r.index.Insert(rp.target, req.Blocks, r.digests.learn)
 }

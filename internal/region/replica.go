@@ -72,9 +72,10 @@ type Replica struct {
 	// profile's, and lastFirstToken when it last gave one (timing.go).
 	firstTokens    firstTokenTimes
 	lastFirstToken time.Time
-	scraped        bool    // a scrape of its engine has landed
+	scraped        bool // a scrape of its engine has landed
 	adapters       adapterState
-	cacheFactor    float64 // believed cache over reported (0 = 1), from cache truth
+	engine         engineCache // what its KV events say (enginecache.go)
+	cacheFactor    float64     // believed cache over reported (0 = 1), from cache truth
 	truth          CacheTruth
 }
 
@@ -247,7 +248,7 @@ func (r *Region) ScrapedSince(rp *Replica, m Metrics, mark ScrapeMark) {
 		}
 	}
 	if m.KVBlocks > 0 && m.BlockSize > 0 {
-		r.index.SetCapacity(rp.target, r.believedTokens(rp))
+		r.sizeIndex(rp)
 	}
 }
 
@@ -294,6 +295,7 @@ type booking struct {
 	ttftExpected time.Duration
 	alone        bool
 	adapter      string // its LoRA adapter, "" for the base model
+	chain        *chain // its prompt awaiting the engine's stores (enginecache.go)
 }
 
 // firstToken records that a dispatched request produced its first token
@@ -408,6 +410,7 @@ func (r *Region) end(req *request.Request, how Outcome, service time.Duration) {
 	r.prefilled(b)
 	rp := b.rp
 	rp.adapterEnded(b.adapter)
+	r.cacheDone(rp, b.chain)
 	rp.inFlight = max(rp.inFlight-1, 0)
 	rp.inFlightTokens = max(rp.inFlightTokens-b.prompt, 0)
 	rp.endedSinceScrape++

@@ -44,7 +44,10 @@ type Result struct {
 	// prefix whose engine really held it (to within a block), when the
 	// engines report cached tokens (simulator only).
 	PrefixPrecision float64 `json:"prefix_precision,omitempty"`
-	CrossRegion     float64 `json:"cross_region_share"` // completed requests served outside their ingress region
+	// PrefixRecall is the share of requests whose engine held a block or
+	// more of the prompt that were routed as holding it (simulator only).
+	PrefixRecall float64 `json:"prefix_recall,omitempty"`
+	CrossRegion  float64 `json:"cross_region_share"` // completed requests served outside their ingress region
 
 	// Utilization is, per region, the share of time its replicas were
 	// busy (stepping), whatever the size of their batches.

@@ -20,6 +20,8 @@ type Options struct {
 	Parallel  int      // policies simulated at once; default GOMAXPROCS
 	// NoCacheTruth turns the routers' cache-truth feedback off.
 	NoCacheTruth bool
+	// KVEvents has the engines publish KV events (Config.KVEvents).
+	KVEvents bool
 	// Progress, if set, is called as each policy finishes.
 	Progress func(done, total int, res *results.Result)
 }
@@ -78,7 +80,7 @@ func Compare(s *Scenario, opt Options) (*results.Report, error) {
 			}
 			c := cfg
 			c.Policy, c.Router, _ = strings.Cut(names[i], "@")
-			c.NoCacheTruth = opt.NoCacheTruth
+			c.NoCacheTruth, c.KVEvents = opt.NoCacheTruth, opt.KVEvents
 			res, err := Run(c, src, wl.Span, wl.BlockTokens)
 			if err != nil {
 				errs[i] = fmt.Errorf("policy %s: %w", names[i], err)

@@ -18,6 +18,7 @@ const (
 	evClientTimeout                   // a client gives up waiting for its first token
 	evScrape                          // a router scrapes its replicas' metrics
 	evScrapeResult                    // a remote replica's metrics reach its router
+	evKVEvents                        // a remote replica's KV events reach its router
 	evHealth                          // a router health-checks its replicas
 	evPump                            // a router's periodic pump: fresh peers' snapshot, held requests re-routed
 	evLoadCheck                       // a router decides whether to publish its load summary

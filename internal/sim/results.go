@@ -25,7 +25,7 @@ func (w *world) result() *results.Result {
 			res.Utilization[spec.Name] = results.Round(w.siteBusy[i].Seconds()/(res.Makespan*float64(spec.TotalReplicas())), 4)
 		}
 	}
-	var predicted, hits int64
+	var predicted, hits, cached, foreseen int64
 	for _, r := range w.routers {
 		for _, rp := range r.replicas {
 			st := rp.eng.Stats()
@@ -33,10 +33,14 @@ func (w *world) result() *results.Result {
 			res.AdapterLoads += st.LoRALoads
 			tr := rp.pool.Truth(rp.handle)
 			predicted, hits = predicted+tr.PredictedHits, hits+tr.Hits
+			cached, foreseen = cached+tr.Cached, foreseen+tr.Foreseen
 		}
 	}
 	if predicted > 0 {
 		res.PrefixPrecision = results.Round(float64(hits)/float64(predicted), 4)
+	}
+	if cached > 0 {
+		res.PrefixRecall = results.Round(float64(foreseen)/float64(cached), 4)
 	}
 	return res
 }

@@ -90,7 +90,8 @@ func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 				models[ps.Model] = ps
 			}
 			for range ps.Replicas {
-				cfg := engine.Config{Profile: ps.Profile, MaxNumSeqs: ps.MaxNumSeqs, KVBlocks: ps.KVBlocks, MaxLoRAs: ps.MaxLoRAs, LoRALoad: ps.LoRALoad}
+				cfg := engine.Config{Profile: ps.Profile, MaxNumSeqs: ps.MaxNumSeqs, KVBlocks: ps.KVBlocks, MaxLoRAs: ps.MaxLoRAs, LoRALoad: ps.LoRALoad,
+					KVEvents: w.cfg.KVEvents}
 				rp := &replica{name: sp.Name + "-" + strconv.Itoa(n), model: ps.Model, site: s, index: len(r.replicas), router: r, eng: engine.New(cfg), cfg: cfg}
 				n++
 				r.replicas = append(r.replicas, rp)
@@ -297,6 +298,9 @@ func (r *router) stepEnd(i int, epoch uint32) {
 	r.stepping = true
 	rp.eng.EndStep(r.now(), sink{r: r, rp: rp})
 	r.stepping = false
+	if r.w.cfg.KVEvents {
+		r.publishKVEvents(rp)
+	}
 	for i, sr := range r.deferred {
 		r.deferred[i] = nil
 		if sr.attempt != nil && sr.replica != nil {
@@ -305,6 +309,20 @@ func (r *router) stepEnd(i int, epoch uint32) {
 	}
 	r.deferred = r.deferred[:0]
 	r.kick(rp)
+}
+
+// publishKVEvents hands the KV events of rp's last step to its router: at
+// once in its own region, a WAN crossing later for a remote replica.
+func (r *router) publishKVEvents(rp *replica) {
+	ev := rp.eng.TakeKVEvents()
+	if len(ev) == 0 {
+		return
+	}
+	if rp.site == r.site {
+		rp.pool.EngineEvents(rp.handle, 0, ev)
+		return
+	}
+	r.w.push(event{at: r.w.now + r.w.oneWay(rp.site, r.site), kind: evKVEvents, router: int32(r.idx), replica: int32(rp.index), payload: ev})
 }
 
 // sink receives a replica's engine events.
@@ -446,6 +464,9 @@ func (r *router) crash(rp *replica) {
 	rp.eng.ForEach(func(s *engine.Sequence) { lost = append(lost, s.Data.(*simRequest)) })
 	r.w.sitePreemptions[rp.site] += rp.eng.Stats().Preemptions
 	rp.eng = engine.New(rp.cfg)
+	if r.w.cfg.KVEvents {
+		rp.pool.EngineRestarted(rp.handle) // its events begin again, from an empty cache
+	}
 	for _, sr := range lost {
 		if sr.firstToken >= 0 {
 			r.end(sr, region.BrokeMidStream)

@@ -8,6 +8,7 @@ import (
 	"skywalker/internal/apierr"
 	"skywalker/internal/digest"
 	"skywalker/internal/engine"
+	"skywalker/internal/kvevents"
 	"skywalker/internal/mesh"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
@@ -281,6 +282,9 @@ func (w *world) handle(e event) error {
 	case evScrape:
 		r.scrape()
 		w.every(evScrape, e.router, cp.ScrapeInterval)
+	case evKVEvents:
+		rp := r.replicas[e.replica]
+		rp.pool.EngineEvents(rp.handle, 0, e.payload.([]kvevents.Event))
 	case evScrapeResult:
 		rp := r.replicas[e.replica]
 		rp.pool.Scraped(rp.handle, e.payload.(region.Metrics))

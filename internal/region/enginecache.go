@@ -1,0 +1,359 @@
+package region
+
+import (
+	"fmt"
+
+	"skywalker/internal/kvevents"
+)
+
+// What a replica's prefix cache holds rests on one of three sources:
+//
+//   - belief (CacheBelief): the prefix index records where this node sent
+//     each prompt and guesses evictions with an LRU sized by the replica's
+//     cache, corrected after the fact by the engine's cached_tokens (cache
+//     truth, learn.go);
+//   - the engine's KV events (CacheEvents): what it stores and evicts, as
+//     vLLM and SGLang publish it. The index still learns a prompt when it
+//     is sent (the engine is about to store it), but forgets only what the
+//     engine says it evicted, and the LRU bound is lifted;
+//   - lost (CacheLost): events were subscribed but a gap could not be
+//     filled (or a batch could not be read): the replica's state is not
+//     known exactly, so its index falls back to belief until it is rebuilt:
+//     once the engine has stored as many blocks as its cache holds since
+//     (everything from before is gone), or cleared it (a restart).
+//
+// Engine block hashes are over token ids; SkyWalker's are over text, and
+// it does not tokenize. So the correspondence is learned (the issue's
+// option (a)): a run of blocks the engine stores that does not continue
+// a run already attributed is the prompt of the oldest request this node
+// sent the replica that has not been attributed yet and is consistent
+// with the run's parent (engines prefill in arrival order), and each
+// engine block is mapped to the deepest of that prompt's blocks it
+// completes (engine blocks are 16 tokens, SkyWalker's 128 by estimate).
+// When the engine evicts a block, that prompt block and every deeper one
+// of the prompt leave the index. Stores and removals are counted per
+// (data-parallel rank, hash, medium), as an engine may hold a block on
+// several ranks or media; only GPU blocks make a prefix reusable.
+
+// CacheSource says what a replica's prefix index rests on.
+type CacheSource uint8
+
+// The sources.
+const (
+	CacheBelief CacheSource = iota
+	CacheEvents
+	CacheLost
+)
+
+func (s CacheSource) String() string { return [...]string{"belief", "events", "lost"}[s] }
+
+// maxPendingChains bounds the requests awaiting attribution per replica.
+const maxPendingChains = 1024
+
+// engineCache is one replica's cache as its KV events describe it.
+type engineCache struct {
+	source CacheSource
+	// held counts stores less removals per (rank, hash, medium), and onGPU
+	// per hash over the ranks, of blocks on the GPU.
+	held  map[heldKey]int
+	onGPU map[uint64]int
+	// owners maps an engine block to where it lies in a prompt.
+	owners map[uint64]owner
+	// pending are the prompts sent to the replica, oldest first, whose
+	// stores have not been seen; open the runs being stored, by the hash
+	// of their last block.
+	pending []*chain
+	open    map[uint64]*chain
+	// storedSinceLoss counts blocks stored since the state was lost.
+	storedSinceLoss int
+}
+
+type heldKey struct {
+	rank   int
+	hash   uint64
+	medium string
+}
+
+// owner is where an engine block lies in a prompt: in blocks[idx] (idx
+// may be len(blocks): the incomplete tail, which the index does not
+// hold), ending at the prompt's token tokenEnd.
+type owner struct {
+	blocks      []uint64
+	blockTokens int
+	idx         int
+	tokenEnd    int
+}
+
+// chain is one prompt being stored.
+type chain struct {
+	blocks      []uint64
+	blockTokens int
+	cached      int // its blocks the index believed the replica held when it was sent
+	tokenPos    int // tokens of the prompt stored so far
+}
+
+// CacheSource is what rp's prefix index rests on.
+func (r *Region) CacheSource(rp *Replica) CacheSource { return rp.engine.source }
+
+// cacheSent records a prompt dispatched to rp, awaiting its stores; nil
+// while rp's cache rests on belief.
+func (r *Region) cacheSent(rp *Replica, blocks []uint64, blockTokens, cached int) *chain {
+	ec := &rp.engine
+	if ec.source == CacheBelief || len(blocks) == 0 {
+		return nil
+	}
+	if len(ec.pending) >= maxPendingChains {
+		ec.pending = ec.pending[1:]
+	}
+	ch := &chain{blocks: blocks, blockTokens: max(blockTokens, 1), cached: cached}
+	ec.pending = append(ec.pending, ch)
+	return ch
+}
+
+// cacheDone takes a prompt whose request ended off rp's pending list: its
+// prefill is long over, so whatever it stored has been published (a
+// prompt wholly cached stores nothing, and must not take a later prompt's
+// stores).
+func (r *Region) cacheDone(rp *Replica, ch *chain) {
+	if ch == nil {
+		return
+	}
+	ec := &rp.engine
+	for i, p := range ec.pending {
+		if p == ch {
+			ec.pending = append(ec.pending[:i], ec.pending[i+1:]...)
+			return
+		}
+	}
+}
+
+// sizeIndex bounds rp's share of the prefix index: its believed cache
+// (learn.go), or, while its evictions come from its engine, twice its
+// cache, so that a prompt sent but never stored (a request that failed)
+// still ages out.
+func (r *Region) sizeIndex(rp *Replica) {
+	if rp.engine.source == CacheEvents {
+		r.index.SetCapacity(rp.target, 2*r.capacityTokens(rp))
+		return
+	}
+	r.index.SetCapacity(rp.target, r.believedTokens(rp))
+}
+
+// EngineEvents applies a batch of rp's KV events, published by its
+// data-parallel rank rank. The first batch makes the events rp's cache
+// source (its index then forgets only what the engine evicts).
+func (r *Region) EngineEvents(rp *Replica, rank int, events []kvevents.Event) {
+	ec := &rp.engine
+	if ec.source == CacheBelief {
+		ec.source = CacheEvents
+		ec.held, ec.onGPU, ec.owners, ec.open = map[heldKey]int{}, map[uint64]int{}, map[uint64]owner{}, map[uint64]*chain{}
+		r.sizeIndex(rp) // evictions come from the engine now
+	}
+	for i := range events {
+		e := &events[i]
+		switch e.Kind {
+		case kvevents.Stored:
+			r.engineStored(rp, rank, e)
+		case kvevents.Removed:
+			r.engineRemoved(rp, rank, e)
+		case kvevents.Cleared:
+			r.engineCleared(rp)
+		}
+	}
+	if ec.source == CacheLost && ec.storedSinceLoss >= r.capacityTokens(rp)/max(r.cfg.BlockTokens, 1)*engineBlocksPerPromptBlock {
+		ec.source = CacheEvents // everything from before the loss has been evicted since
+		r.sizeIndex(rp)
+	}
+}
+
+// engineBlocksPerPromptBlock is how many engine blocks (vLLM's 16 tokens)
+// one prompt block (128 tokens by estimate) is, for counting a cache's
+// worth of stores.
+const engineBlocksPerPromptBlock = 8
+
+func (r *Region) engineStored(rp *Replica, rank int, e *kvevents.Event) {
+	ec := &rp.engine
+	if ec.source == CacheLost {
+		ec.storedSinceLoss += len(e.Hashes)
+	}
+	medium := e.Medium
+	for _, h := range e.Hashes {
+		ec.held[heldKey{rank, h, medium}]++
+		if gpu(medium) {
+			ec.onGPU[h]++
+		}
+	}
+	if !gpu(medium) || len(e.Hashes) == 0 {
+		return
+	}
+	ch := r.attribute(ec, e)
+	if ch == nil {
+		return
+	}
+	per := e.BlockSize
+	if per <= 0 && e.Tokens > 0 {
+		per = e.Tokens / len(e.Hashes)
+	}
+	per = max(per, 1)
+	for _, h := range e.Hashes {
+		ec.owners[h] = owner{blocks: ch.blocks, blockTokens: ch.blockTokens, idx: min(ch.tokenPos/ch.blockTokens, len(ch.blocks)), tokenEnd: ch.tokenPos + per}
+		ch.tokenPos += per
+	}
+	ec.open[e.Hashes[len(e.Hashes)-1]] = ch
+}
+
+// attribute finds the prompt a stored run belongs to: the run it
+// continues, or the oldest pending prompt consistent with its parent.
+func (r *Region) attribute(ec *engineCache, e *kvevents.Event) *chain {
+	var cont *chain // the run this one may continue
+	if e.HasParent {
+		if cont = ec.open[e.Parent]; cont != nil && cont.tokenPos < len(cont.blocks)*cont.blockTokens {
+			delete(ec.open, e.Parent)
+			return cont // its prompt is still being stored (a chunked prefill)
+		}
+	}
+	start := 0
+	var parent owner
+	if e.HasParent {
+		var ok bool
+		if parent, ok = ec.owners[e.Parent]; !ok {
+			// It continues a block this node does not know (stored before
+			// it listened, or by a run it could not attribute): the oldest
+			// pending prompt the index believed partly cached, from where
+			// it believed the cache ended.
+			for i, ch := range ec.pending {
+				if ch.cached > 0 {
+					ec.pending = append(ec.pending[:i], ec.pending[i+1:]...)
+					ch.tokenPos = ch.cached * ch.blockTokens
+					return ch
+				}
+			}
+			return nil
+		}
+		start = parent.tokenEnd
+	}
+	shared := -1 // the deepest prompt block the parent completes
+	if e.HasParent {
+		shared = parent.tokenEnd/max(parent.blockTokens, 1) - 1
+	}
+	// The run is the oldest pending prompt that shares the prefix it
+	// continues (any, for a run from no parent), preferring one the index
+	// believed cached exactly up to where the run starts (a run from no
+	// parent: a prompt nothing of which was cached): two prompts under one
+	// shared system prompt both share it, but only the one whose own
+	// conversation was not cached there stores from its end.
+	pick := -1
+	for i, ch := range ec.pending {
+		if shared >= 0 && (shared >= len(ch.blocks) || shared >= len(parent.blocks) || ch.blocks[shared] != parent.blocks[shared]) {
+			continue // this prompt does not share the prefix the run continues
+		}
+		if pick < 0 {
+			pick = i
+		}
+		if ch.cached*ch.blockTokens == start {
+			pick = i
+			break
+		}
+	}
+	if pick >= 0 {
+		ch := ec.pending[pick]
+		ec.pending = append(ec.pending[:pick], ec.pending[pick+1:]...)
+		ch.tokenPos = start
+		return ch
+	}
+	if cont != nil { // no later prompt shares it: the run is the first's output, stored as it decodes
+		delete(ec.open, e.Parent)
+		return cont
+	}
+	// A prompt whose run was cut by a block another request stored first
+	// (two prompts sharing a prefix prefilled at once): its run resumes
+	// just past that block.
+	if shared >= 0 {
+		for h, ch := range ec.open {
+			if ch.tokenPos < start && start-ch.tokenPos <= ch.blockTokens && shared < len(ch.blocks) && ch.blocks[shared] == parent.blocks[shared] {
+				delete(ec.open, h)
+				ch.tokenPos = start
+				return ch
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Region) engineRemoved(rp *Replica, rank int, e *kvevents.Event) {
+	ec := &rp.engine
+	for _, h := range e.Hashes {
+		k := heldKey{rank, h, e.Medium}
+		n, ok := ec.held[k]
+		if !ok {
+			continue // never seen stored (before this node listened)
+		}
+		if n > 1 {
+			ec.held[k] = n - 1
+		} else {
+			delete(ec.held, k)
+		}
+		if !gpu(e.Medium) {
+			continue
+		}
+		if ec.onGPU[h] > 1 {
+			ec.onGPU[h]-- // another rank still holds it
+			continue
+		}
+		delete(ec.onGPU, h)
+		o, ok := ec.owners[h]
+		delete(ec.owners, h)
+		delete(ec.open, h)
+		if ok && o.idx >= 0 && ec.source == CacheEvents {
+			if r.index.Remove(rp.target, o.blocks[o.idx:]) > 0 {
+				r.digests.stale = true
+			}
+		}
+	}
+}
+
+// engineCleared is AllBlocksCleared (or an engine that restarted): its
+// cache is empty, and known to be.
+func (r *Region) engineCleared(rp *Replica) {
+	ec := &rp.engine
+	r.index.Forget(rp.target)
+	r.digests.stale = true
+	if ec.held == nil {
+		ec.held, ec.onGPU, ec.owners, ec.open = map[heldKey]int{}, map[uint64]int{}, map[uint64]owner{}, map[uint64]*chain{}
+	}
+	clear(ec.held)
+	clear(ec.onGPU)
+	clear(ec.owners)
+	clear(ec.open)
+	ec.pending = ec.pending[:0]
+	ec.source, ec.storedSinceLoss = CacheEvents, 0
+	r.sizeIndex(rp)
+}
+
+// EngineEventsLost records that rp's events could not be kept whole (a
+// gap no replay filled, a batch that could not be read): its index falls
+// back to belief, bounded by its cache again, until rebuilt (see the
+// package comment). why is for the caller's log.
+func (r *Region) EngineEventsLost(rp *Replica) {
+	ec := &rp.engine
+	if ec.source == CacheBelief {
+		return
+	}
+	ec.source, ec.storedSinceLoss = CacheLost, 0
+	clear(ec.owners)
+	clear(ec.open)
+	ec.pending = ec.pending[:0]
+	r.sizeIndex(rp)
+}
+
+// EngineRestarted records that rp's engine restarted (its events' sequence
+// began again): its cache is empty.
+func (r *Region) EngineRestarted(rp *Replica) { r.engineCleared(rp) }
+
+// gpu reports whether a block on medium makes a prefix reusable at once.
+func gpu(medium string) bool { return medium == "" || medium == "GPU" || medium == "gpu" }
+
+// String describes rp's cache source, for the debug endpoint.
+func (ec *engineCache) String() string {
+	return fmt.Sprintf("%s (%d engine blocks held, %d mapped, %d prompts awaiting their stores)", ec.source, len(ec.held), len(ec.owners), len(ec.pending))
+}
