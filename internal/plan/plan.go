@@ -28,6 +28,11 @@ type Region struct {
 	// Demand per hour of the day (UTC), in requests/s (or any unit the
 	// capacity is given in).
 	Demand [Hours]float64
+	// NoReplicas: the model is not served here by design (a fleet that
+	// serves a large model in some regions only). No replica is placed
+	// here; the region's demand is served where it may be, and the part
+	// no region may serve (residency) is Result.Unserved.
+	NoReplicas bool
 }
 
 // Input is a planning problem.
@@ -85,6 +90,11 @@ type Result struct {
 	// (residency, reach, or whole replicas), with what lifting each
 	// would plan; empty when the plan pools fully.
 	HeldBy []string `json:"held_by,omitempty"`
+	// Unserved names the demand no region may serve: a region without
+	// replicas (NoReplicas) whose resident demand has no region of its
+	// jurisdiction, or whose every link is out of reach. The plan leaves
+	// it out; every router misses it alike.
+	Unserved []string `json:"unserved,omitempty"`
 }
 
 // reach describes the link rule in force.
@@ -104,7 +114,11 @@ func (in *Input) validate() error {
 		return errors.New("plan: capacity per replica must be positive")
 	}
 	seen := map[string]bool{}
+	hosts := 0
 	for _, r := range in.Regions {
+		if !r.NoReplicas {
+			hosts++
+		}
 		if r.Name == "" || seen[r.Name] {
 			return fmt.Errorf("plan: region name %q empty or repeated", r.Name)
 		}
@@ -118,12 +132,60 @@ func (in *Input) validate() error {
 			}
 		}
 	}
+	if hosts == 0 {
+		return errors.New("plan: no region may hold replicas (every region NoReplicas)")
+	}
 	return nil
+}
+
+// servable is the part of region i's demand in hour h of one class
+// (resident or free) that some region may serve: all of it, or none when
+// no region may (Result.Unserved).
+func (in *Input) servable(i, h int, resident bool) float64 {
+	if !in.hasHome(i, resident) {
+		return 0
+	}
+	r := in.Regions[i]
+	if resident {
+		return r.Demand[h] * r.ResidencyShare
+	}
+	return r.Demand[h] * (1 - r.ResidencyShare)
+}
+
+// hasHome reports whether some region may serve region i's demand of
+// one class.
+func (in *Input) hasHome(i int, resident bool) bool {
+	for j := range in.Regions {
+		if in.canShare(i, j, resident) {
+			return true
+		}
+	}
+	return false
+}
+
+// unserved describes the demand no region may serve.
+func (in *Input) unserved() []string {
+	var out []string
+	for i, r := range in.Regions {
+		for _, c := range []struct {
+			resident bool
+			share    float64
+			what     string
+		}{{false, 1 - r.ResidencyShare, "demand"}, {true, r.ResidencyShare, "resident demand"}} {
+			if c.share > 0 && !in.hasHome(i, c.resident) && r.Demand != [Hours]float64{} {
+				out = append(out, fmt.Sprintf("%s: its %s (%.0f%%) — no region that may serve it holds replicas", r.Name, c.what, 100*c.share))
+			}
+		}
+	}
+	return out
 }
 
 // canShare reports whether demand of region i may be served in region j,
 // for the free (resident=false) or residency-bound part.
 func (in *Input) canShare(i, j int, resident bool) bool {
+	if in.Regions[j].NoReplicas {
+		return false
+	}
 	if i == j {
 		return true
 	}
@@ -152,26 +214,27 @@ func Solve(in Input) (*Result, error) {
 		return nil, err
 	}
 	res := &Result{Capacity: in.Capacity, Placement: map[string]int{}, FractionalPlace: map[string]float64{}, IsolatedByRegion: map[string]int{},
-		Reach: in.reach()}
+		Reach: in.reach(), Unserved: in.unserved()}
 	for i := range in.Regions {
 		for j := i + 1; j < len(in.Regions); j++ {
-			if !in.canShare(i, j, false) {
+			if !in.Regions[i].NoReplicas && !in.Regions[j].NoReplicas && !in.canShare(i, j, false) {
 				res.OutOfReach = append(res.OutOfReach, in.Regions[i].Name+"/"+in.Regions[j].Name)
 			}
 		}
 	}
 	for h := range Hours {
 		sum := 0.0
-		for _, r := range in.Regions {
-			sum += r.Demand[h]
+		for i := range in.Regions {
+			sum += in.servable(i, h, false) + in.servable(i, h, true)
 		}
 		res.PeakOfSum = math.Max(res.PeakOfSum, sum)
 	}
-	for _, r := range in.Regions {
-		peak := 0.0
-		for _, d := range r.Demand {
-			peak = math.Max(peak, d)
+	for i, r := range in.Regions {
+		if r.NoReplicas {
+			res.IsolatedByRegion[r.Name] = 0 // region-isolated, it serves none of its demand
+			continue
 		}
+		peak := in.peak(i)
 		res.SumOfPeaks += peak
 		n := replicasFor(peak, in.Capacity)
 		res.IsolatedByRegion[r.Name] = n
@@ -244,13 +307,20 @@ func (in *Input) place(floor int) (placement []int, x []float64, err error) {
 		return nil, nil, fmt.Errorf("plan: placement: %w", err)
 	}
 	placement = roundPlacement(x, total)
+	// Each region's ceiling: its own peak, and the peaks of the regions
+	// without replicas (all their demand served here), a placement that
+	// serves every hour.
+	homeless := 0.0
+	for i, r := range in.Regions {
+		if r.NoReplicas {
+			homeless += in.peak(i)
+		}
+	}
 	isolated := make([]int, len(in.Regions))
 	for i, r := range in.Regions {
-		peak := 0.0
-		for _, d := range r.Demand {
-			peak = math.Max(peak, d)
+		if !r.NoReplicas {
+			isolated[i] = replicasFor(in.peak(i)+homeless, in.Capacity)
 		}
-		isolated[i] = replicasFor(peak, in.Capacity)
 	}
 	for !feasible(*in, placement) {
 		placement[nextReplica(*in, x, placement, isolated)]++
@@ -278,8 +348,8 @@ func (in *Input) heldBy(total int) ([]string, error) {
 		return n, err
 	}
 	var resident []string
-	for _, r := range in.Regions {
-		if r.ResidencyShare > 0 {
+	for i, r := range in.Regions {
+		if r.ResidencyShare > 0 && in.hasHome(i, true) {
 			resident = append(resident, fmt.Sprintf("%s %.0f%%", r.Name, 100*r.ResidencyShare))
 		}
 	}
@@ -317,6 +387,15 @@ func (in *Input) heldBy(total int) ([]string, error) {
 		why = append(why, "whole replicas: the fractional optimum pools, but no whole number per region serves every hour with fewer")
 	}
 	return why, nil
+}
+
+// peak is region i's highest hourly demand.
+func (in *Input) peak(i int) float64 {
+	peak := 0.0
+	for _, d := range in.Regions[i].Demand {
+		peak = math.Max(peak, d)
+	}
+	return peak
 }
 
 // replicasFor is the whole replicas that carry demand (with a tolerance
@@ -362,7 +441,31 @@ func solveLP(in Input, total float64, fixed []int) (float64, []float64, []flow, 
 	}
 	nx, nf, ns := R, len(fvars), Hours*R
 	nvar := nx + nf + ns
-	rows := Hours*R*2 + Hours*R
+	// Demand rows, one per (h, i, class) some region may serve (a class
+	// none may is Result.Unserved, and has no flows: no row).
+	demandRow := map[[3]int]int{}
+	for h := range Hours {
+		for i := range in.Regions {
+			for k := range 2 {
+				if in.hasHome(i, k == 1) {
+					demandRow[[3]int{h, i, k}] = len(demandRow)
+				}
+			}
+		}
+	}
+	rows := len(demandRow) + Hours*R
+	// Regions without replicas hold none: x_j = 0 (a fixed placement
+	// says so itself).
+	var none []int
+	if fixed == nil {
+		for j, r := range in.Regions {
+			if r.NoReplicas {
+				none = append(none, j)
+			}
+		}
+	}
+	noneRow := rows
+	rows += len(none)
 	switch {
 	case fixed != nil:
 		rows += R
@@ -370,21 +473,15 @@ func solveLP(in Input, total float64, fixed []int) (float64, []float64, []flow, 
 		rows++
 	}
 	A := mat.NewDense(rows, nvar, nil)
+	for k, j := range none {
+		A.Set(noneRow+k, j, 1)
+	}
 	b := make([]float64, rows)
 	c := make([]float64, nvar)
-	row := 0
-	// Demand rows, one per (h, i, class).
-	demandRow := map[[3]int]int{}
-	for h := range Hours {
-		for i, r := range in.Regions {
-			for k, share := range []float64{1 - r.ResidencyShare, r.ResidencyShare} {
-				demandRow[[3]int{h, i, k}] = row
-				b[row] = r.Demand[h] * share
-				row++
-			}
-		}
+	for key, row := range demandRow {
+		b[row] = in.servable(key[1], key[0], key[2] == 1)
 	}
-	capRow := row
+	capRow := len(demandRow)
 	for fi, f := range fvars {
 		col := nx + fi
 		k := 0
@@ -447,10 +544,12 @@ func roundPlacement(x []float64, total int) []int {
 	for i, v := range x {
 		out[i] = int(math.Floor(v + 1e-9))
 		sum += out[i]
-		rems = append(rems, rem{i, v - float64(out[i])})
+		if v > 0 { // a region held at zero (NoReplicas) stays there
+			rems = append(rems, rem{i, v - float64(out[i])})
+		}
 	}
 	sort.SliceStable(rems, func(a, b int) bool { return rems[a].r > rems[b].r })
-	for k := 0; sum < total; k++ {
+	for k := 0; sum < total && len(rems) > 0; k++ {
 		out[rems[k%len(rems)].i]++
 		sum++
 	}
@@ -465,6 +564,9 @@ func roundPlacement(x []float64, total int) []int {
 func nextReplica(in Input, x []float64, placement, isolated []int) int {
 	best, bestGap := -1, math.Inf(-1)
 	for j := range placement {
+		if in.Regions[j].NoReplicas {
+			continue
+		}
 		placement[j]++
 		ok := feasible(in, placement)
 		placement[j]--
@@ -523,24 +625,32 @@ func hourFeasible(in Input, h int, placement []int) bool {
 		}
 	}
 	nvar := len(fvars) + R
-	rows := 2*R + R
+	demandRow := map[[2]int]int{} // (i, class) some region may serve
+	for i := range R {
+		for k := range 2 {
+			if in.hasHome(i, k == 1) {
+				demandRow[[2]int{i, k}] = len(demandRow)
+			}
+		}
+	}
+	capRow := len(demandRow)
+	rows := capRow + R
 	A := mat.NewDense(rows, nvar, nil)
 	b := make([]float64, rows)
-	for i, r := range in.Regions {
-		b[2*i] = r.Demand[h] * (1 - r.ResidencyShare)
-		b[2*i+1] = r.Demand[h] * r.ResidencyShare
+	for key, row := range demandRow {
+		b[row] = in.servable(key[0], h, key[1] == 1)
 	}
 	for fi, f := range fvars {
 		k := 0
 		if f.resident {
 			k = 1
 		}
-		A.Set(2*f.i+k, fi, 1)
-		A.Set(2*R+f.j, fi, 1)
+		A.Set(demandRow[[2]int{f.i, k}], fi, 1)
+		A.Set(capRow+f.j, fi, 1)
 	}
 	for j := range R {
-		A.Set(2*R+j, len(fvars)+j, 1)
-		b[2*R+j] = float64(placement[j]) * in.Capacity
+		A.Set(capRow+j, len(fvars)+j, 1)
+		b[capRow+j] = float64(placement[j]) * in.Capacity
 	}
 	c := make([]float64, nvar)
 	_, _, err := lp.Simplex(c, A, b, 1e-10, nil)

@@ -227,3 +227,41 @@ func TestAPlanSaysWhatKeptItFromPooling(t *testing.T) {
 		})
 	}
 }
+
+// TestARegionWithoutReplicasIsServedFromItsPeers: a model served in some
+// regions only (NoReplicas elsewhere) places nothing there, serves that
+// region's free demand from its peers, and names its resident demand,
+// which no region may serve, instead of failing or placing a replica the
+// fleet does not have.
+func TestARegionWithoutReplicasIsServedFromItsPeers(t *testing.T) {
+	in := twoRegions(raised(10, 0.3, 2), raised(10, 0.3, 14))
+	in.Regions[1].Jurisdiction, in.Regions[1].ResidencyShare, in.Regions[1].NoReplicas = "y", 0.1, true
+	res, err := Solve(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Placement["west"] != 0 || res.IsolatedByRegion["west"] != 0 {
+		t.Errorf("west holds no replicas: placement %v, isolated %v", res.Placement, res.IsolatedByRegion)
+	}
+	// East carries its own demand and west's free 90% every hour.
+	need := 0.0
+	for h := range Hours {
+		need = math.Max(need, in.Regions[0].Demand[h]+0.9*in.Regions[1].Demand[h])
+	}
+	if want := replicasFor(need, 1); res.Placement["east"] != want || res.PlannedReplicas != want {
+		t.Errorf("east %d, planned %d; want %d (its peak with west's free demand)", res.Placement["east"], res.PlannedReplicas, want)
+	}
+	if len(res.Unserved) != 1 || !strings.Contains(res.Unserved[0], "west: its resident demand (10%)") {
+		t.Errorf("unserved %q, want west's resident demand named", res.Unserved)
+	}
+	for _, sharing := range []bool{true, false} {
+		if got := Place(in, res, 5, sharing); got["west"] != 0 || got["east"] != 5 {
+			t.Errorf("Place(5, sharing=%v) = %v, want all five in east", sharing, got)
+		}
+	}
+
+	in.Regions[0].NoReplicas = true
+	if _, err := Solve(in); err == nil || !strings.Contains(err.Error(), "no region may hold replicas") {
+		t.Errorf("every region without replicas: err %v", err)
+	}
+}

@@ -30,6 +30,13 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\n", label, why)
 	}
+	for i, what := range r.Unserved {
+		label := ""
+		if i == 0 {
+			label = "served nowhere (misses for every router)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\n", label, what)
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

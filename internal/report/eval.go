@@ -73,7 +73,7 @@ func EvalDir(dir string, rep *eval.Report) ([]string, error) {
 			if err != nil {
 				return paths, err
 			}
-			name := s.Name + "_" + fig.name + ".svg"
+			name := strings.ReplaceAll(s.Name, "/", "_") + "_" + fig.name + ".svg" // "two-models/llama-8b": one flat directory
 			path := filepath.Join(dir, name)
 			if err := SaveSVG(p, evalW, evalH, path); err != nil {
 				return paths, fmt.Errorf("save %s: %w", path, err)

@@ -358,6 +358,22 @@ func (s *Scenario) firstProfile() string {
 }
 
 // model is the listed model named name (validated to exist).
+// Serves reports whether the scenario places replicas of model in region
+// (a pool of it with at least one replica).
+func (s *Scenario) Serves(region, model string) bool {
+	for _, r := range s.Regions {
+		if r.Name != region {
+			continue
+		}
+		for _, p := range r.Pools {
+			if p.Model == model && p.Replicas > 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (s *Scenario) model(name string) ScenarioModel {
 	for _, m := range s.Models {
 		if m.Name == name {
