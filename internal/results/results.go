@@ -22,6 +22,10 @@ type Result struct {
 	Completed int            `json:"completed"`
 	Dropped   int            `json:"dropped"`
 	Drops     map[string]int `json:"drop_reasons,omitempty"`
+	// Unservable counts the requests no region of the fleet may serve
+	// (data that must stay in a jurisdiction where no region serves the
+	// model): they are in no other number, as no router could serve them.
+	Unservable int `json:"unservable,omitempty"`
 	Retried   int            `json:"retried"`
 
 	// Latency percentiles are over every request: one dropped, rejected
@@ -242,6 +246,7 @@ type Sample struct {
 type Collector struct {
 	slo                 request.SLO
 	requests, completed int
+	unservable          int
 	retried             int
 	drops               map[string]int
 	ttft, e2e, hold     []float64
@@ -309,6 +314,10 @@ func (c *Collector) region(name string) *regionAcc {
 	}
 	return a
 }
+
+// AddUnservable counts a request no region of the fleet may serve (see
+// Result.Unservable).
+func (c *Collector) AddUnservable() { c.unservable++ }
 
 // Add counts one request.
 func (c *Collector) Add(s Sample) {
@@ -393,7 +402,7 @@ func (c *Collector) Result(policy string) *Result {
 	slices.Sort(c.ttft)
 	slices.Sort(c.e2e)
 	slices.Sort(c.hold)
-	res := &Result{Policy: policy, Requests: c.requests, Completed: c.completed, Retried: c.retried,
+	res := &Result{Policy: policy, Requests: c.requests, Completed: c.completed, Retried: c.retried, Unservable: c.unservable,
 		TTFTP50Ms: ms(c.ttft, 0.50), TTFTP90Ms: ms(c.ttft, 0.90), TTFTP99Ms: ms(c.ttft, 0.99),
 		E2EP50Ms: ms(c.e2e, 0.50), E2EP99Ms: ms(c.e2e, 0.99), HoldP99Ms: Round(Percentile(c.hold, 0.99), 1),
 		TTFTMaxMs: Millis(Round(c.ttftMax, 1)),

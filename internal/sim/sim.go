@@ -233,7 +233,7 @@ func (w *world) loop() error {
 	}
 	// Whatever is still outstanding when the run stops is counted, not hidden.
 	for _, sr := range w.live {
-		w.record(w.sample(sr, "unfinished"))
+		w.record(sr, w.sample(sr, "unfinished"))
 	}
 	return nil
 }
@@ -284,7 +284,7 @@ func (w *world) handle(e event) error {
 		w.every(evScrape, e.router, cp.ScrapeInterval)
 	case evKVEvents:
 		rp := r.replicas[e.replica]
-		rp.pool.EngineEvents(rp.handle, 0, e.payload.([]kvevents.Event))
+		rp.pool.EngineEvents(r.now(), rp.handle, 0, e.payload.([]kvevents.Event))
 	case evScrapeResult:
 		rp := r.replicas[e.replica]
 		rp.pool.Scraped(rp.handle, e.payload.(region.Metrics))
@@ -424,7 +424,7 @@ func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
 	smp.TTFT = sr.firstToken + back - sr.arrival
 	smp.End = w.now + back
 	smp.OutputTokens, smp.CachedTokens = s.Generated, s.CachedTokens
-	w.record(smp)
+	w.record(sr, smp)
 	w.settle(sr)
 }
 
@@ -436,11 +436,37 @@ type forwardDone struct {
 }
 
 // record counts a request as its client saw it: every request, or only
-// those of Config.Model.
-func (w *world) record(s results.Sample) {
-	if w.cfg.Model == "" || s.Model == w.cfg.Model {
-		w.collect.Add(s)
+// those of Config.Model. A request no region of the fleet may serve (its
+// data must stay in a jurisdiction where no region serves its model) is
+// counted apart: no router could serve it.
+func (w *world) record(sr *simRequest, s results.Sample) {
+	if w.cfg.Model != "" && s.Model != w.cfg.Model {
+		return
 	}
+	if !w.servable(sr.req) {
+		w.collect.AddUnservable()
+		return
+	}
+	w.collect.Add(s)
+}
+
+// servable reports whether some region of the fleet may serve req: one
+// in its jurisdiction with replicas of its model.
+func (w *world) servable(req *request.Request) bool {
+	if req.Residency == "" {
+		return true
+	}
+	for _, spec := range w.cfg.Regions {
+		if !req.AllowedIn(spec.Jurisdiction) {
+			continue
+		}
+		for _, ps := range spec.PoolSpecs() {
+			if ps.Replicas > 0 && (ps.Model == req.Base || req.Base == "" || ps.Model == "") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // sample is what the client of sr saw, for a request that ended with
@@ -472,7 +498,7 @@ func (w *world) drop(sr *simRequest, reason string) {
 		in.scheduleExpire()
 	}
 	sr.forward, sr.forwardedTo = nil, -1
-	w.record(w.sample(sr, reason))
+	w.record(sr, w.sample(sr, reason))
 	w.settle(sr)
 }
 

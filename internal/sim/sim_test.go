@@ -571,3 +571,43 @@ func TestCacheTruthTeachesTheRouterTheEnginesRealCache(t *testing.T) {
 		t.Errorf("TTFT p99 with feedback %v ms, without %v ms: it should recover", a.TTFTP99Ms, b.TTFTP99Ms)
 	}
 }
+
+// TestARequestNoRegionMayServeIsCountedApart: in two-models, llama-70b
+// is served in us-east and eu-west only, so ap-east's requests for it
+// whose data must stay in ap-east's jurisdiction can be served by no
+// router: they are counted apart, not as misses of the policy; with a
+// 70B pool in ap-east there are none.
+func TestARequestNoRegionMayServeIsCountedApart(t *testing.T) {
+	for _, apEast70B := range []int{0, 1} {
+		s := scenario(t, "two-models")
+		s.Workload.Duration = 4 * time.Minute
+		for i := range s.Regions {
+			if s.Regions[i].Name == "ap-east" {
+				s.Regions[i].Pools = append(s.Regions[i].Pools, ScenarioPool{Model: "llama-70b", Replicas: apEast70B})
+			}
+		}
+		cfg, wl, err := s.Build("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Policy, cfg.Model = "skywalker", "llama-70b"
+		src, err := wl.Source()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(cfg, src, wl.Span, wl.BlockTokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Requests == 0 {
+			t.Fatalf("ap-east 70B replicas %d: no llama-70b requests counted", apEast70B)
+		}
+		if apEast70B == 0 && (res.Unservable == 0 || res.Drops["unavailable"] > 0) {
+			t.Errorf("no 70B in ap-east: %d unservable, drops %v; want ap-east's resident requests apart, none counted unavailable", res.Unservable, res.Drops)
+		}
+		if apEast70B == 1 && res.Unservable != 0 {
+			t.Errorf("a 70B replica in ap-east: %d unservable, want 0", res.Unservable)
+		}
+		t.Logf("ap-east 70B replicas %d: %d requests, %d unservable, SLO %.4f, drops %v", apEast70B, res.Requests, res.Unservable, res.SLOAttainment, res.Drops)
+	}
+}
