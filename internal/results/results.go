@@ -26,7 +26,7 @@ type Result struct {
 	// (data that must stay in a jurisdiction where no region serves the
 	// model): they are in no other number, as no router could serve them.
 	Unservable int `json:"unservable,omitempty"`
-	Retried   int            `json:"retried"`
+	Retried    int `json:"retried"`
 
 	// Latency percentiles are over every request: one dropped, rejected
 	// or timed out counts as never answered (+Inf, null in JSON), so a
