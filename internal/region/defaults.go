@@ -79,6 +79,10 @@ const (
 	// cost when it is not configured: between a swap from vLLM's CPU
 	// adapter cache (tens of ms) and a load from local disk (hundreds).
 	DefaultAdapterLoad = 100 * time.Millisecond
+	// DefaultEventSettle is how long KV events wait while a region's
+	// nodes share their dispatches: five of the mesh's LoadCheck rounds,
+	// in which they are sent, and the region's own network.
+	DefaultEventSettle = 250 * time.Millisecond
 	// DefaultReplicaTokens is the KV-cache size assumed for a replica until
 	// its metrics report one (vllm:cache_config_info).
 	DefaultReplicaTokens = 32_000

@@ -1,7 +1,10 @@
 package region
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"time"
 
 	"skywalker/internal/kvevents"
 )
@@ -64,6 +67,12 @@ type engineCache struct {
 	// of their last block.
 	pending []*chain
 	open    map[uint64]*chain
+	// orphans are stored runs no prompt could be found for, kept a while
+	// when the region's other nodes share their dispatches: the prompt
+	// may be one of theirs, told after its stores were heard.
+	orphans []kvevents.Event
+	// heard are the batches awaiting EventSettle, oldest first.
+	heard []heardBatch
 	// storedSinceLoss counts blocks stored since the state was lost.
 	storedSinceLoss int
 }
@@ -90,14 +99,21 @@ type chain struct {
 	blockTokens int
 	cached      int // its blocks the index believed the replica held when it was sent
 	tokenPos    int // tokens of the prompt stored so far
+	// sent, from and id order the pending prompts the same way on every
+	// node of the region: when it was sent, by which node ("": this one),
+	// its number there (siblings.go).
+	sent time.Time
+	from string
+	id   uint64
 }
 
 // CacheSource is what rp's prefix index rests on.
 func (r *Region) CacheSource(rp *Replica) CacheSource { return rp.engine.source }
 
-// cacheSent records a prompt dispatched to rp, awaiting its stores; nil
-// while rp's cache rests on belief.
-func (r *Region) cacheSent(rp *Replica, blocks []uint64, blockTokens, cached int) *chain {
+// cacheSent records a prompt dispatched to rp at sent by node from (""
+// this one) as its dispatch id, awaiting its stores; nil while rp's cache
+// rests on belief. Pending prompts are kept in the order they were sent.
+func (r *Region) cacheSent(rp *Replica, blocks []uint64, blockTokens, cached int, sent time.Time, from string, id uint64) *chain {
 	ec := &rp.engine
 	if ec.source == CacheBelief || len(blocks) == 0 {
 		return nil
@@ -105,9 +121,26 @@ func (r *Region) cacheSent(rp *Replica, blocks []uint64, blockTokens, cached int
 	if len(ec.pending) >= maxPendingChains {
 		ec.pending = ec.pending[1:]
 	}
-	ch := &chain{blocks: blocks, blockTokens: max(blockTokens, 1), cached: cached}
-	ec.pending = append(ec.pending, ch)
+	ch := &chain{blocks: blocks, blockTokens: max(blockTokens, 1), cached: cached, sent: sent, from: from, id: id}
+	i := len(ec.pending)
+	for i > 0 && r.sentAfter(ec.pending[i-1], ch) {
+		i--
+	}
+	ec.pending = slices.Insert(ec.pending, i, ch)
 	return ch
+}
+
+// sentAfter reports whether a was sent after b (by time, then node name,
+// then number: the same order on every node).
+func (r *Region) sentAfter(a, b *chain) bool {
+	if !a.sent.Equal(b.sent) {
+		return a.sent.After(b.sent)
+	}
+	af, bf := cmp.Or(a.from, r.siblings.self), cmp.Or(b.from, r.siblings.self)
+	if af != bf {
+		return af > bf
+	}
+	return a.id > b.id
 }
 
 // cacheDone takes a prompt whose request ended off rp's pending list: its
@@ -140,9 +173,69 @@ func (r *Region) sizeIndex(rp *Replica) {
 }
 
 // EngineEvents applies a batch of rp's KV events, published by its
-// data-parallel rank rank. The first batch makes the events rp's cache
-// source (its index then forgets only what the engine evicts).
-func (r *Region) EngineEvents(rp *Replica, rank int, events []kvevents.Event) {
+// data-parallel rank rank, heard at now. The first batch makes the events
+// rp's cache source (its index then forgets only what the engine evicts).
+// While the region's nodes share their dispatches, batches are applied
+// EventSettle after they were heard, in order (Pump applies them): by
+// then every node has been told every prompt the batch may store, so all
+// attribute it alike.
+func (r *Region) EngineEvents(now time.Time, rp *Replica, rank int, events []kvevents.Event) {
+	r.at(now)
+	ec := &rp.engine
+	if r.siblings.on {
+		if len(ec.heard) >= maxHeldBatches {
+			b := ec.heard[0]
+			ec.heard = ec.heard[1:]
+			r.applyEngineEvents(rp, b.rank, b.events)
+		}
+		ec.heard = append(ec.heard, heardBatch{at: now, rank: rank, events: events})
+		r.settle(rp, now)
+		return
+	}
+	r.applyEngineEvents(rp, rank, events)
+}
+
+// heardBatch is a batch of KV events awaiting EventSettle.
+type heardBatch struct {
+	at     time.Time
+	rank   int
+	events []kvevents.Event
+}
+
+// maxHeldBatches bounds the batches awaiting EventSettle per replica.
+const maxHeldBatches = 4096
+
+// settleEvents applies every replica's batches heard EventSettle before
+// now.
+func (r *Region) settleEvents(now time.Time) {
+	for _, rp := range r.replicas {
+		if len(rp.engine.heard) > 0 {
+			r.settle(rp, now)
+		}
+	}
+}
+
+func (r *Region) settle(rp *Replica, now time.Time) {
+	ec := &rp.engine
+	n := 0
+	for n < len(ec.heard) && !ec.heard[n].at.Add(r.cfg.EventSettle).After(now) {
+		r.applyEngineEvents(rp, ec.heard[n].rank, ec.heard[n].events)
+		n++
+	}
+	ec.heard = slices.Delete(ec.heard, 0, n)
+}
+
+// flushHeard applies every batch rp's engine published before a restart
+// or a loss, settled or not.
+func (r *Region) flushHeard(rp *Replica) {
+	ec := &rp.engine
+	for _, b := range ec.heard {
+		r.applyEngineEvents(rp, b.rank, b.events)
+	}
+	ec.heard = nil
+}
+
+func (r *Region) applyEngineEvents(rp *Replica, rank int, events []kvevents.Event) {
 	ec := &rp.engine
 	if ec.source == CacheBelief {
 		ec.source = CacheEvents
@@ -188,18 +281,53 @@ func (r *Region) engineStored(rp *Replica, rank int, e *kvevents.Event) {
 	}
 	ch := r.attribute(ec, e)
 	if ch == nil {
+		if r.siblings.on {
+			if len(ec.orphans) >= maxOrphans {
+				ec.orphans = ec.orphans[1:]
+			}
+			ec.orphans = append(ec.orphans, kvevents.Event{Kind: e.Kind, Hashes: slices.Clone(e.Hashes), Parent: e.Parent, HasParent: e.HasParent,
+				BlockSize: e.BlockSize, Tokens: e.Tokens, Medium: e.Medium})
+		}
 		return
 	}
+	assign(ec, ch, e)
+}
+
+// maxOrphans bounds the unattributed runs kept per replica.
+const maxOrphans = 64
+
+// assign maps the engine blocks of the stored run e to where they lie in
+// the prompt ch (those still held: an orphan's may have been evicted).
+func assign(ec *engineCache, ch *chain, e *kvevents.Event) {
 	per := e.BlockSize
 	if per <= 0 && e.Tokens > 0 {
 		per = e.Tokens / len(e.Hashes)
 	}
 	per = max(per, 1)
 	for _, h := range e.Hashes {
-		ec.owners[h] = owner{blocks: ch.blocks, blockTokens: ch.blockTokens, idx: min(ch.tokenPos/ch.blockTokens, len(ch.blocks)), tokenEnd: ch.tokenPos + per}
+		if ec.onGPU[h] > 0 {
+			ec.owners[h] = owner{blocks: ch.blocks, blockTokens: ch.blockTokens, idx: min(ch.tokenPos/ch.blockTokens, len(ch.blocks)), tokenEnd: ch.tokenPos + per}
+		}
 		ch.tokenPos += per
 	}
 	ec.open[e.Hashes[len(e.Hashes)-1]] = ch
+}
+
+// adoptOrphans attributes the runs no prompt was found for, in the order
+// they were stored, now that another node's prompt may explain them.
+func (r *Region) adoptOrphans(rp *Replica) {
+	ec := &rp.engine
+	kept := ec.orphans[:0]
+	for i := range ec.orphans {
+		e := &ec.orphans[i]
+		if ch := r.attribute(ec, e); ch != nil {
+			assign(ec, ch, e)
+		} else {
+			kept = append(kept, *e)
+		}
+	}
+	clear(ec.orphans[len(kept):])
+	ec.orphans = kept
 }
 
 // attribute finds the prompt a stored run belongs to: the run it
@@ -325,7 +453,7 @@ func (r *Region) engineCleared(rp *Replica) {
 	clear(ec.onGPU)
 	clear(ec.owners)
 	clear(ec.open)
-	ec.pending = ec.pending[:0]
+	ec.pending, ec.orphans = ec.pending[:0], nil
 	ec.source, ec.storedSinceLoss = CacheEvents, 0
 	r.sizeIndex(rp)
 }
@@ -339,16 +467,20 @@ func (r *Region) EngineEventsLost(rp *Replica) {
 	if ec.source == CacheBelief {
 		return
 	}
+	r.flushHeard(rp)
 	ec.source, ec.storedSinceLoss = CacheLost, 0
 	clear(ec.owners)
 	clear(ec.open)
-	ec.pending = ec.pending[:0]
+	ec.pending, ec.orphans = ec.pending[:0], nil
 	r.sizeIndex(rp)
 }
 
 // EngineRestarted records that rp's engine restarted (its events' sequence
 // began again): its cache is empty.
-func (r *Region) EngineRestarted(rp *Replica) { r.engineCleared(rp) }
+func (r *Region) EngineRestarted(rp *Replica) {
+	r.flushHeard(rp)
+	r.engineCleared(rp)
+}
 
 // gpu reports whether a block on medium makes a prefix reusable at once.
 func gpu(medium string) bool { return medium == "" || medium == "GPU" || medium == "gpu" }

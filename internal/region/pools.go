@@ -34,6 +34,7 @@ type Pools struct {
 	peers     []Peer
 	digests   *digestPublisher
 	peerBufs  map[string][]Peer // each pool's peers, rewritten in place
+	share     bool              // tell the region's other nodes what is dispatched (siblings.go)
 }
 
 // NewPools returns a region with no pools. configFor gives a pool's
@@ -72,6 +73,7 @@ func (p *Pools) ensure(model string) (*Region, error) {
 		return nil, err
 	}
 	r.digests = p.digests
+	r.ShareDispatches(p.share)
 	p.digests.sources = append(p.digests.sources, r)
 	p.digests.stale = true
 	p.pools[model] = r
@@ -302,6 +304,38 @@ func (p *Pools) distinctReplicas() int {
 		}
 	}
 	return len(seen)
+}
+
+// ShareDispatches turns telling the region's other nodes what is
+// dispatched on or off, in every pool (siblings.go).
+func (p *Pools) ShareDispatches(on bool) {
+	p.share = on
+	for _, r := range p.pools {
+		r.ShareDispatches(on)
+	}
+}
+
+// TakeDispatches returns every pool's dispatches and ends to tell since
+// the last call.
+func (p *Pools) TakeDispatches() []SiblingDispatch {
+	var out []SiblingDispatch
+	for _, m := range p.models {
+		for _, d := range p.pools[m].TakeDispatches() {
+			d.Model = m
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// SiblingDispatched applies what node from, another node of this region,
+// told, each in its model's pool.
+func (p *Pools) SiblingDispatched(from string, told []SiblingDispatch) {
+	for _, d := range told {
+		if r := p.pools[d.Model]; r != nil {
+			r.SiblingDispatched(from, d)
+		}
+	}
 }
 
 // ForReplica calls fn for the replica named name in every pool it serves.

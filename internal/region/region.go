@@ -54,6 +54,11 @@ type Config struct {
 	// costs a request whose adapter is not resident there (the proxy's
 	// lora_load_time). Default DefaultAdapterLoad.
 	AdapterLoad time.Duration
+	// EventSettle is how long KV events wait before they are applied
+	// while the region's nodes share their dispatches (siblings.go): a
+	// bound on how late a node hears another's dispatch. Default
+	// DefaultEventSettle.
+	EventSettle time.Duration
 	// OnDistrust, if set, is told when a peer region becomes distrusted
 	// and why (see PeerProbation), for the driver's log. It is called
 	// synchronously, by whoever holds the region.
@@ -81,6 +86,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.AdapterLoad <= 0 {
 		c.AdapterLoad = DefaultAdapterLoad
+	}
+	if c.EventSettle <= 0 {
+		c.EventSettle = DefaultEventSettle
 	}
 	return c
 }
@@ -123,6 +131,7 @@ type Region struct {
 	speedKnownAt time.Time // when it had enough to be used (see speed)
 	trust        map[string]*peerTrust
 	now          time.Time // the latest time a driver gave (peer trust is judged at it)
+	siblings     siblings  // dispatches shared with the region's other nodes (siblings.go)
 }
 
 // New returns a region with no replicas that routes by pol and hands every
@@ -154,7 +163,11 @@ func (r *Region) Policy() policy.Policy { return r.bal.Policy() }
 func (r *Region) Submit(now time.Time, req *request.Request) { r.at(now); r.bal.Submit(now, req, r) }
 
 // Pump re-routes held requests after a state change.
-func (r *Region) Pump(now time.Time) int { r.at(now); return r.bal.Pump(now, r) }
+func (r *Region) Pump(now time.Time) int {
+	r.at(now)
+	r.settleEvents(now)
+	return r.bal.Pump(now, r)
+}
 
 // Expire rejects held requests past their deadline.
 func (r *Region) Expire(now time.Time) int { r.at(now); return r.bal.Expire(now, r) }
@@ -368,7 +381,15 @@ func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
 	if !o.Submitted.IsZero() {
 		b.sent = o.Submitted.Add(o.Waited)
 	}
-	b.chain = r.cacheSent(rp, req.Blocks, req.BlockTokens, prefixBlocks)
+	sent := b.sent
+	if sent.IsZero() {
+		sent = r.now
+	}
+	b.chain = r.cacheSent(rp, req.Blocks, req.BlockTokens, prefixBlocks, sent, "", 0)
+	b.shared = r.siblings.sent(rp, req.Blocks, req.BlockTokens, prefixBlocks, sent)
+	if b.chain != nil {
+		b.chain.id = b.shared
+	}
 	r.bookings[req] = b
 	r.index.Insert(rp.target, req.Blocks, r.digests.learn)
 }

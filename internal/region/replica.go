@@ -296,6 +296,7 @@ type booking struct {
 	alone        bool
 	adapter      string // its LoRA adapter, "" for the base model
 	chain        *chain // its prompt awaiting the engine's stores (enginecache.go)
+	shared       uint64 // its number as told to the region's other nodes; 0: not told (siblings.go)
 }
 
 // firstToken records that a dispatched request produced its first token
@@ -411,6 +412,7 @@ func (r *Region) end(req *request.Request, how Outcome, service time.Duration) {
 	rp := b.rp
 	rp.adapterEnded(b.adapter)
 	r.cacheDone(rp, b.chain)
+	r.siblings.ended(rp, b.shared)
 	rp.inFlight = max(rp.inFlight-1, 0)
 	rp.inFlightTokens = max(rp.inFlightTokens-b.prompt, 0)
 	rp.endedSinceScrape++

@@ -319,7 +319,7 @@ func (r *router) publishKVEvents(rp *replica) {
 		return
 	}
 	if rp.site == r.site {
-		rp.pool.EngineEvents(rp.handle, 0, ev)
+		rp.pool.EngineEvents(r.now(), rp.handle, 0, ev)
 		return
 	}
 	r.w.push(event{at: r.w.now + r.w.oneWay(rp.site, r.site), kind: evKVEvents, router: int32(r.idx), replica: int32(rp.index), payload: ev})
