@@ -13,6 +13,7 @@ import (
 
 	"skywalker/internal/engine"
 	"skywalker/internal/engine/server"
+	"skywalker/internal/kvevents"
 	"skywalker/internal/profile"
 )
 
@@ -21,6 +22,8 @@ func newEngineCommand(logs *logFlags) *cobra.Command {
 		listen      string
 		model       string
 		profileName string
+		kvConfig    string
+		kvShape     string
 		ecfg        engine.Config
 		scfg        server.Config
 	)
@@ -46,6 +49,19 @@ step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `)
 				return err
 			}
 			ecfg.Profile = p
+			if kvConfig != "" {
+				if scfg.KVEvents, err = server.ParseKVEventsConfig(kvConfig); err != nil {
+					return err
+				}
+			}
+			switch kvShape {
+			case "map":
+				scfg.KVEventsShape = kvevents.MapShape
+			case "array":
+				scfg.KVEventsShape = kvevents.ArrayShape
+			default:
+				return fmt.Errorf("--kv-events-shape must be map or array, not %q", kvShape)
+			}
 			for i, m := range scfg.LoRAModules {
 				scfg.LoRAModules[i], _, _ = strings.Cut(m, "=") // name=path: the name is what is served
 			}
@@ -80,6 +96,11 @@ step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `)
 	f.StringSliceVar(&scfg.LoRAModules, "lora-modules", nil, "LoRA adapters served over the model, name or name=path, comma-separated or repeated (as vLLM's --lora-modules; the path is not read)")
 	f.IntVar(&ecfg.MaxLoRAs, "max-loras", 0, "LoRA adapters held at once (vLLM's --max-loras; default 1 with --lora-modules)")
 	f.DurationVar(&ecfg.LoRALoad, "lora-load-time", 100*time.Millisecond, "time to load an adapter into a slot (model time)")
+	f.StringVar(&kvConfig, "kv-events-config", "", `publish KV-cache events as vLLM does, its JSON: '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv"}'`)
+	f.StringVar(&kvShape, "kv-events-shape", "map", "KV-event batches as maps tagged by type (vLLM since mid-2026) or as arrays (earlier vLLM, SGLang): map or array")
+	f.IntVar(&scfg.Faults.KVDropEvery, "fault-kv-drop-every", 0, "lose every Nth KV-event batch on the way, still replayable (testing; 0 = never)")
+	f.IntVar(&scfg.Faults.KVForgetEvery, "fault-kv-forget-every", 0, "lose every Nth KV-event batch for good (testing; 0 = never)")
+	f.IntVar(&scfg.Faults.KVRestartAfter, "fault-kv-restart-after", 0, "start the KV-event sequence over after N batches, as a restarted engine (testing; 0 = never)")
 	f.StringVar(&scfg.MetricsStyle, "metrics-style", "vllm", "metric names: vllm, sglang, or none (no /metrics, as llama.cpp servers)")
 	f.Float64Var(&scfg.TimeScale, "time-scale", 1, "run the model this many times faster than real time")
 	f.Uint64Var(&scfg.Seed, "seed", 1, "seed for output text and fault injection")

@@ -18,9 +18,9 @@ import (
 
 func newSimCommand() *cobra.Command {
 	var (
-		scenario, policies, format, out, sweep, trace    string
-		seed                                             uint64
-		quiet, fifo, noAdmission, noCacheTruth, kvEvents bool
+		scenario, policies, format, out, sweep, trace, cacheSources string
+		seed                                                        uint64
+		quiet, fifo, noAdmission, noCacheTruth, kvEvents            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -36,6 +36,9 @@ attainment, cache hit rate and cross-region traffic.`,
 				return err
 			}
 			opt := sim.Options{Seed: seed, Trace: trace, NoCacheTruth: noCacheTruth, KVEvents: kvEvents}
+			if cacheSources != "" {
+				opt.CacheSources = strings.Split(cacheSources, ",")
+			}
 			if policies != "" {
 				opt.Policies = strings.Split(policies, ",")
 			}
@@ -64,7 +67,7 @@ attainment, cache hit rate and cross-region traffic.`,
 			if len(names) == 0 {
 				names = sc.PolicyNames()
 			}
-			progress := newProgress(cmd.ErrOrStderr(), len(names)*len(scales), quiet, "policies simulated")
+			progress := newProgress(cmd.ErrOrStderr(), len(names)*len(scales)*max(len(opt.CacheSources), 1), quiet, "policies simulated")
 			defer progress.finish()
 			opt.Progress = func(int, int, *results.Result) { progress.add() }
 			var points []report.SweepPoint
@@ -100,6 +103,8 @@ attainment, cache hit rate and cross-region traffic.`,
 	f.BoolVar(&noAdmission, "no-admission", false, "turn SLO-aware admission off: hold every request until its deadline")
 	f.BoolVar(&noCacheTruth, "no-cache-truth", false, "turn cache-truth feedback off: engines' cached-token counts do not correct the routers' prefix index")
 	f.BoolVar(&kvEvents, "kv-events", false, "the engines publish KV events (what their prefix caches store and evict) and the routers' indexes rest on them")
+	f.StringVar(&cacheSources, "cache-sources", "", "run every policy once per source of the routers' prefix index, side by side: comma-separated "+strings.Join(sim.CacheSources, ", ")+
+		" (belief: where prompts were sent; truth: corrected by the engines' cached tokens, the default; events: the engines' KV events)")
 	return cmd
 }
 

@@ -93,3 +93,47 @@ func FuzzDecodeBatch(f *testing.F) {
 		}
 	})
 }
+
+// What EncodeBatch writes, in either shape, DecodeBatch reads back.
+func TestEncodedBatchesDecode(t *testing.T) {
+	b := Batch{TS: 3.5, HasRank: true, Rank: 2, Events: []Event{
+		{Kind: Stored, Hashes: []uint64{1, 1 << 63}, Parent: 9, HasParent: true, Tokens: 32, BlockSize: 16, Medium: "GPU", LoRAName: "sql-lora"},
+		{Kind: Stored, Hashes: []uint64{3}, Tokens: 16, BlockSize: 16, Medium: "GPU"},
+		{Kind: Removed, Hashes: []uint64{1}, Medium: "GPU"},
+		{Kind: Cleared},
+	}}
+	for _, shape := range []Shape{MapShape, ArrayShape} {
+		got, err := DecodeBatch(EncodeBatch(b, shape))
+		if err != nil || !reflect.DeepEqual(got, b) {
+			t.Errorf("shape %d: %+v, %v; want %+v", shape, got, err, b)
+		}
+	}
+}
+
+// BenchmarkDecodeBatch decodes a batch of one BlockStored of 256 blocks
+// (16 tokens each, with their token ids) and one BlockRemoved of 256, in
+// each shape. Reported: block events per second.
+func BenchmarkDecodeBatch(b *testing.B) {
+	stored := Event{Kind: Stored, BlockSize: 16, Tokens: 16 * 256, Medium: "GPU"}
+	removed := Event{Kind: Removed, Medium: "GPU"}
+	for i := range 256 {
+		stored.Hashes = append(stored.Hashes, uint64(i)*0x9E3779B97F4A7C15)
+		removed.Hashes = append(removed.Hashes, uint64(i+1000)*0x9E3779B97F4A7C15)
+	}
+	for _, shape := range []struct {
+		name  string
+		shape Shape
+	}{{"map", MapShape}, {"array", ArrayShape}} {
+		payload := EncodeBatch(Batch{TS: 1, Events: []Event{stored, removed}, HasRank: true}, shape.shape)
+		b.Run(shape.name, func(b *testing.B) {
+			b.SetBytes(int64(len(payload)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := DecodeBatch(payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(512*b.N)/b.Elapsed().Seconds(), "block-events/s")
+		})
+	}
+}

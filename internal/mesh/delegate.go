@@ -56,6 +56,20 @@ func (m *Mesh) handle(b []byte) {
 		m.applyChange("digest bits", msg.Node, msg.Base, err, now, func(base *digest.Digest) (*digest.Digest, error) {
 			return base.WithBits(msg.Positions, msg.Gen)
 		})
+	case msgDispatches:
+		node, told, err := decodeDispatches(r)
+		if err != nil {
+			m.log.Debug("dropped dispatches", "err", err)
+			return
+		}
+		sharer, ok := m.src.(DispatchSharer)
+		m.mu.Lock()
+		same := m.table.SameRegion(node)
+		m.mu.Unlock()
+		if !ok || !same {
+			return // only the nodes of this region may teach its index
+		}
+		sharer.SiblingDispatched(node, told)
 	case msgWant:
 		node, err := decodeWant(r)
 		if err != nil {

@@ -29,6 +29,17 @@ type Source interface {
 	Digest() *digest.Digest
 }
 
+// DispatchSharer is implemented by a Source whose region's nodes tell
+// each other what they dispatch (region/siblings.go). Both methods must be
+// safe for concurrent use.
+type DispatchSharer interface {
+	// TakeDispatches returns the dispatches and ends to tell since the
+	// last call.
+	TakeDispatches() []region.SiblingDispatch
+	// SiblingDispatched applies what node from, of this region, told.
+	SiblingDispatched(from string, told []region.SiblingDispatch)
+}
+
 // Mesh is one node of the region mesh. Every method is safe for
 // concurrent use.
 type Mesh struct {
@@ -98,8 +109,9 @@ func New(cfg Config, src Source) (*Mesh, error) {
 		return nil, fmt.Errorf("mesh: start memberlist: %w", err)
 	}
 	m.ml, m.ping = ml, ml.Ping
-	m.wg.Add(3)
+	m.wg.Add(4)
 	go m.every(cfg.Control.LoadCheck, m.publishLoad)
+	go m.every(cfg.Control.LoadCheck, m.shareDispatches)
 	go m.every(cfg.Control.DigestInterval, m.publishDigest)
 	go m.every(cfg.Control.ProbeInterval, m.probe)
 	return m, nil
@@ -236,6 +248,49 @@ func (m *Mesh) every(interval time.Duration, fn func()) {
 }
 
 // peerNodes returns copies of the live peers' addresses, sorted by name.
+// Siblings counts the live nodes of this node's own region.
+func (m *Mesh) Siblings() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for name := range m.members {
+		if m.table.SameRegion(name) {
+			n++
+		}
+	}
+	return n
+}
+
+// shareDispatches sends what this node dispatched since the last round to
+// the other nodes of its region, reliably (a lost record only leaves them
+// missing that prompt).
+func (m *Mesh) shareDispatches() {
+	sharer, ok := m.src.(DispatchSharer)
+	if !ok {
+		return
+	}
+	told := sharer.TakeDispatches()
+	if len(told) == 0 {
+		return
+	}
+	msgs := encodeDispatches(m.cfg.NodeID, told)
+	for _, n := range m.peerNodes() {
+		m.mu.Lock()
+		same := m.table.SameRegion(n.Name)
+		m.mu.Unlock()
+		if !same {
+			continue
+		}
+		for _, msg := range msgs {
+			if err := m.ml.SendReliable(&n, msg); err != nil {
+				m.log.Debug("dispatches not delivered", "to", n.Name, "err", err)
+				break
+			}
+			m.bytesSent.Add(int64(len(msg)))
+		}
+	}
+}
+
 func (m *Mesh) peerNodes() []memberlist.Node {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -40,6 +40,9 @@ const (
 	msgDelta  = 3 // the words of a digest that changed since a generation (read, no longer sent)
 	msgBits   = 4 // the bits a digest gained since a generation
 	msgWant   = 5 // "send me your whole digest": a node that lacks it pulls it
+	// msgDispatches: what a node dispatched (and what ended), for the
+	// other nodes of its region only (region/siblings.go).
+	msgDispatches = 6
 
 	// MaxMessageBytes bounds every message a peer may send us: a full
 	// digest of the largest legal filter plus headers.
@@ -184,6 +187,106 @@ func encodeWant(node string) []byte {
 	w.header(msgWant)
 	w.str(node)
 	return w.b
+}
+
+// Dispatch records: a count, then each record's model, replica, number
+// and flags (1: ended); a dispatch then has its block tokens, cached
+// blocks, sending time (Unix nanoseconds) and blocks (a count, then 8
+// bytes each).
+const (
+	flagEnded = 1 << 0
+	// maxDispatchBytes is what one message of dispatches carries at most
+	// (more go in further messages).
+	maxDispatchBytes = 256 << 10
+)
+
+// encodeDispatches encodes told in messages of at most maxDispatchBytes
+// (a record larger than that alone in its own).
+func encodeDispatches(node string, told []region.SiblingDispatch) [][]byte {
+	var out [][]byte
+	for len(told) > 0 {
+		body := writer{}
+		n := 0
+		for n < len(told) && (n == 0 || len(body.b)+dispatchSize(told[n]) <= maxDispatchBytes) {
+			d := told[n]
+			body.str(d.Model)
+			body.str(d.Replica)
+			body.uvarint(d.ID)
+			if d.Ended {
+				body.uvarint(flagEnded)
+			} else {
+				body.uvarint(0)
+				body.uvarint(uint64(max(d.BlockTokens, 0)))
+				body.uvarint(uint64(max(d.Cached, 0)))
+				body.uvarint(uint64(max(d.Sent.UnixNano(), 0)))
+				body.uvarint(uint64(len(d.Blocks)))
+				for _, h := range d.Blocks {
+					body.u64(h)
+				}
+			}
+			n++
+		}
+		w := writer{}
+		w.header(msgDispatches)
+		w.str(node)
+		w.uvarint(uint64(n))
+		w.b = append(w.b, body.b...)
+		out = append(out, w.b)
+		told = told[n:]
+	}
+	return out
+}
+
+// dispatchSize bounds a record's encoded size.
+func dispatchSize(d region.SiblingDispatch) int {
+	return 2 + len(d.Model) + len(d.Replica) + 5*10 + 8*len(d.Blocks)
+}
+
+// maxBlockTokens bounds a dispatch's block size on the wire.
+const maxBlockTokens = 1 << 20
+
+func decodeDispatches(r *reader) (string, []region.SiblingDispatch, error) {
+	node := r.str()
+	if r.err == nil && node == "" {
+		r.fail("empty node name")
+	}
+	// Each record takes at least five bytes, so the input bounds the count.
+	n := r.count((len(r.b) - r.off) / 5)
+	var told []region.SiblingDispatch
+	for i := 0; i < n && r.err == nil; i++ {
+		d := region.SiblingDispatch{Model: r.str(), Replica: r.str(), ID: r.uvarint()}
+		switch flags := r.uvarint(); flags {
+		case flagEnded:
+			d.Ended = true
+		case 0:
+			d.BlockTokens = r.count(maxBlockTokens)
+			d.Cached = r.count(math.MaxInt32)
+			sent := r.uvarint()
+			if sent > math.MaxInt64 {
+				r.fail("sending time out of range")
+			}
+			d.Sent = time.Unix(0, int64(sent))
+			blocks := r.count((len(r.b) - r.off) / 8)
+			d.Blocks = make([]uint64, 0, blocks)
+			for range blocks {
+				d.Blocks = append(d.Blocks, r.u64())
+			}
+			if d.BlockTokens == 0 || d.Cached > len(d.Blocks) {
+				r.fail("a dispatch of %d-token blocks, %d of %d cached", d.BlockTokens, d.Cached, len(d.Blocks))
+			}
+		default:
+			r.fail("unknown dispatch flags %d", flags)
+		}
+		if d.ID == 0 || d.Replica == "" {
+			r.fail("a record without a number or a replica")
+		}
+		told = append(told, d)
+	}
+	r.end()
+	if r.err != nil {
+		return "", nil, r.err
+	}
+	return node, told, nil
 }
 
 type reader struct {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,6 +99,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add(encodeBits(bitsMsg{Node: "n", Base: 1, Gen: 2, Positions: []uint64{3, 64}}))
 	f.Add(encodeWant("n"))
 	f.Add(encodeMeta(Meta{Region: "r"}))
+	for _, msg := range encodeDispatches("n", sampleDispatches) {
+		f.Add(msg)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = decodeMeta(b)
 		typ, r, err := decodeHeader(b)
@@ -113,6 +117,8 @@ func FuzzDecode(f *testing.F) {
 			_, _ = decodeBits(r)
 		case msgWant:
 			_, _ = decodeWant(r)
+		case msgDispatches:
+			_, _, _ = decodeDispatches(r)
 		}
 		// The full path, as NotifyMsg runs it, on a node with no peers.
 		m := &Mesh{table: NewTable("x", region.DefaultControlPlane()), log: discard, sender: newDigestSender("x", tokenBucket{}), toAsk: map[string]bool{}}
@@ -209,4 +215,65 @@ func legacyLoad(v byte, node string, incarnation, seq uint64, l region.Load, sen
 		}
 	}
 	return w.b
+}
+
+var sampleDispatches = []region.SiblingDispatch{
+	{Model: "llama-8b", Replica: "10.0.0.7:8000", ID: 41, Blocks: []uint64{1, 1 << 63, 7}, BlockTokens: 128, Cached: 1, Sent: time.Unix(0, 1_790_000_000_123_456_789)},
+	{Model: "llama-8b", Replica: "10.0.0.7:8000", ID: 40, Ended: true},
+}
+
+// TestDispatchesTravelWholeAndSplitWhenLarge: what a node tells its
+// region arrives as sent; a batch larger than a message is split, every
+// record arriving once; malformed records are refused with a reason.
+func TestDispatchesTravelWholeAndSplitWhenLarge(t *testing.T) {
+	read := func(msgs [][]byte) []region.SiblingDispatch {
+		t.Helper()
+		var got []region.SiblingDispatch
+		for _, msg := range msgs {
+			typ, r, err := decodeHeader(msg)
+			if err != nil || typ != msgDispatches {
+				t.Fatalf("header: type %d, %v", typ, err)
+			}
+			node, told, err := decodeDispatches(r)
+			if err != nil || node != "n" {
+				t.Fatalf("decode: node %q, %v", node, err)
+			}
+			got = append(got, told...)
+		}
+		return got
+	}
+	if got := read(encodeDispatches("n", sampleDispatches)); !reflect.DeepEqual(got, sampleDispatches) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, sampleDispatches)
+	}
+	big := make([]region.SiblingDispatch, 40)
+	for i := range big {
+		big[i] = region.SiblingDispatch{Model: "m", Replica: "r", ID: uint64(i + 1), BlockTokens: 128, Blocks: make([]uint64, 1000), Sent: time.Unix(0, 5)}
+	}
+	msgs := encodeDispatches("n", big)
+	if len(msgs) < 2 {
+		t.Errorf("%d records of 8 KB in %d message(s), want them split", len(big), len(msgs))
+	}
+	for _, m := range msgs {
+		if len(m) > maxDispatchBytes+64 {
+			t.Errorf("a message of %d bytes, over the %d bound", len(m), maxDispatchBytes)
+		}
+	}
+	if got := read(msgs); !reflect.DeepEqual(got, big) {
+		t.Errorf("split: %d records back of %d, or changed", len(got), len(big))
+	}
+	for _, tc := range []struct {
+		name string
+		d    region.SiblingDispatch
+		want string
+	}{
+		{"no number", region.SiblingDispatch{Replica: "r", BlockTokens: 128, Blocks: []uint64{1}}, "without a number"},
+		{"no replica", region.SiblingDispatch{ID: 1, BlockTokens: 128, Blocks: []uint64{1}}, "without a number or a replica"},
+		{"zero block size", region.SiblingDispatch{Replica: "r", ID: 1, Blocks: []uint64{1}}, "0-token blocks"},
+		{"more cached than sent", region.SiblingDispatch{Replica: "r", ID: 1, BlockTokens: 128, Cached: 2, Blocks: []uint64{1}}, "2 of 1 cached"},
+	} {
+		_, r, _ := decodeHeader(encodeDispatches("n", []region.SiblingDispatch{tc.d})[0])
+		if _, _, err := decodeDispatches(r); err == nil || !errors.Is(err, ErrBadMessage) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a bad message saying %q", tc.name, err, tc.want)
+		}
+	}
 }

@@ -67,6 +67,11 @@ type Config struct {
 	// believed to cost (SKYWALKER_LORA_LOAD_TIME; default 100 ms): a
 	// request of an adapter not resident on a replica is charged it there.
 	LoRALoad time.Duration `yaml:"lora_load_time"`
+	// KVEvents subscribes to the replicas' KV-cache events
+	// (SKYWALKER_KV_EVENTS): off (the default), discover (each replica's
+	// GET /kv_event_sources), or where every replica publishes,
+	// tcp://{host}:5557|tcp://{host}:5558|topic.
+	KVEvents string `yaml:"kv_events"`
 
 	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // MAX_WAN_RTT_THRESHOLD_MS; default 1 s (a ceiling: reach follows the objective)
 	GossipKeys     []string      `yaml:"gossip_keys"`     // SKYWALKER_GOSSIP_KEY (comma-separated: primary first)

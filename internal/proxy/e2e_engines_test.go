@@ -127,13 +127,24 @@ func metricLine(page, series string) string {
 // requestsTotal sums skywalker_requests_total over series with outcome.
 func requestsTotal(t *testing.T, base, outcome string) float64 {
 	t.Helper()
+	return seriesSum(t, base, "skywalker_requests_total", `outcome="`+outcome+`"`)
+}
+
+// seriesSum sums the series of metric name on base's /metrics whose
+// labels contain every one of labels.
+func seriesSum(t *testing.T, base, name string, labels ...string) float64 {
+	t.Helper()
 	total := 0.0
 	for _, l := range strings.Split(metricsPage(t, base), "\n") {
-		if strings.HasPrefix(l, "skywalker_requests_total{") && strings.Contains(l, `outcome="`+outcome+`"`) {
-			var v float64
-			if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
-				total += v
-			}
+		if !strings.HasPrefix(l, name+"{") {
+			continue
+		}
+		match := true
+		for _, label := range labels {
+			match = match && strings.Contains(l, label)
+		}
+		if v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64); match && err == nil {
+			total += v
 		}
 	}
 	return total

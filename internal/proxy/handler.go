@@ -346,6 +346,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 	snap := s.router.snapshot()
 	type replicaView struct {
+		Model       string  `json:"model"`
 		Name        string  `json:"name"`
 		URL         string  `json:"url"`
 		Healthy     bool    `json:"healthy"`
@@ -356,6 +357,7 @@ func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 		KVUsage     float64 `json:"kv_usage"`
 		Metrics     bool    `json:"engine_metrics"`
 		Blocks      int     `json:"indexed_blocks"`
+		CacheSource string  `json:"cache_source"` // belief, events or lost: what the index rests on
 	}
 	type peerView struct {
 		Region   string  `json:"region"`
@@ -378,13 +380,16 @@ func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 		Queue     any           `json:"queue"`
 		Decisions []Decision    `json:"recent_decisions"`
 	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: snap.policy, Queue: snap.held, Decisions: snap.recent}
-	for i, h := range snap.states {
+	for _, h := range snap.states {
 		m, url := h.metrics, ""
-		if i < len(snap.replicas) && snap.replicas[i].url != nil {
-			url = snap.replicas[i].url.String()
+		for _, rp := range snap.replicas {
+			if rp.host == h.name && rp.url != nil {
+				url = rp.url.String()
+			}
 		}
-		out.Replicas = append(out.Replicas, replicaView{Name: h.name, URL: url, Healthy: h.healthy, InFlight: h.inFlight,
-			DispatchCap: h.dispatchCap, Waiting: m.Waiting, Running: m.Running, KVUsage: m.KVUsage, Metrics: m.Known, Blocks: h.indexedBlocks})
+		out.Replicas = append(out.Replicas, replicaView{Model: h.model, Name: h.name, URL: url, Healthy: h.healthy, InFlight: h.inFlight,
+			DispatchCap: h.dispatchCap, Waiting: m.Waiting, Running: m.Running, KVUsage: m.KVUsage, Metrics: m.Known, Blocks: h.indexedBlocks,
+			CacheSource: h.cacheSource.String()})
 	}
 	for _, p := range snap.peers {
 		out.Peers = append(out.Peers, peerView{Region: p.Region, Healthy: p.Healthy, Nodes: p.Nodes, RTTMs: float64(p.RTT) / 1e6,

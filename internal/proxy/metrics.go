@@ -21,7 +21,11 @@ type metrics struct {
 	// in time; retried elsewhere), stall (a stream went silent).
 	upstreamTimeouts *prometheus.CounterVec
 	failovers        prometheus.Counter // streams continued elsewhere after breaking midway
-	tenants          *tenantLabels
+	// kvEvents counts each replica's KV-event stream: batch (applied),
+	// restart (the engine's sequence began again), lost (a gap no replay
+	// filled, a batch that could not be read, the subscription failing).
+	kvEvents *prometheus.CounterVec
+	tenants  *tenantLabels
 }
 
 func newMetrics(region string, r *Router) *metrics {
@@ -50,8 +54,12 @@ func newMetrics(region string, r *Router) *metrics {
 		ConstLabels: constLabels}, []string{"kind"})
 	m.failovers = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "skywalker", Name: "midstream_failovers_total",
 		Help: "Streams that broke midway and were continued on another replica or region (mid-stream failover).", ConstLabels: constLabels})
+	m.kvEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "skywalker", Name: "kv_events_total",
+		Help: "Each replica's KV-cache event stream (kv_events): batch (applied), restart (the engine's sequence began again: its cache is empty), " +
+			"lost (a gap no replay filled, an unreadable batch, the subscription failing: its index rests on belief until rebuilt).", ConstLabels: constLabels},
+		[]string{"replica", "event"})
 	m.tenants = newTenantLabels(maxTenantLabels)
-	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts, m.failovers,
+	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts, m.failovers, m.kvEvents,
 		stateCollector{r: r, constLabels: constLabels, tenants: m.tenants},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

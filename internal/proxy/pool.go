@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"skywalker/internal/apierr"
 	"skywalker/internal/region"
 )
@@ -24,11 +26,14 @@ import (
 // health checks (which re-admit ejected replicas) every HealthInterval,
 // models every few seconds, and DNS re-resolution for a DNS-named pool.
 type poolLoops struct {
-	r      *Router
-	client *http.Client
-	cfg    Config
-	cp     region.ControlPlane
-	log    *slog.Logger
+	r        *Router
+	client   *http.Client
+	cfg      Config
+	cp       region.ControlPlane
+	log      *slog.Logger
+	logEvery func(key string, level slog.Level, msg string, args ...any)
+	kv       kvFollowers // kvevents.go
+	kvCount  *prometheus.CounterVec
 }
 
 func (p *poolLoops) run(ctx context.Context) {
@@ -36,7 +41,10 @@ func (p *poolLoops) run(ctx context.Context) {
 	wg.Add(3)
 	go func() { defer wg.Done(); every(ctx, p.cp.ScrapeInterval, p.scrapeAll) }()
 	go func() { defer wg.Done(); every(ctx, p.cp.HealthInterval, p.healthAll) }()
-	go func() { defer wg.Done(); every(ctx, 5*time.Second, p.modelsAll) }()
+	go func() {
+		defer wg.Done()
+		every(ctx, 5*time.Second, func(ctx context.Context) { p.modelsAll(ctx); p.syncKVFollowers(ctx) })
+	}()
 	if dns := p.dnsName(); dns != "" {
 		wg.Add(1)
 		go func() {

@@ -66,6 +66,7 @@ type Router struct {
 	recent     []Decision // ring of recent decisions, for /debug/skywalker
 	recentNext int
 	draining   bool                  // the node is shutting down (published in its load summary)
+	sharing    bool                  // telling the region's other proxies what is dispatched (region/siblings.go)
 	observe    func(*region.Attempt) // every attempt delivered, under mu (metrics, logs)
 }
 
@@ -413,13 +414,38 @@ func (r *Router) Pump() {
 	r.mu.Lock()
 	src := r.mesh
 	r.mu.Unlock()
+	share := false
 	if src != nil {
 		peers = grantJurisdictions(src.Peers(), r.cfg.PeerJurisdictions)
+		if s, ok := src.(interface{ Siblings() int }); ok {
+			share = s.Siblings() > 0 // other proxies of this region: tell them what is dispatched
+		}
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if share != r.sharing {
+		r.sharing = share
+		r.core.ShareDispatches(share)
+	}
 	r.core.SetPeers(peers)
 	r.core.Pump(r.now())
+}
+
+// TakeDispatches implements mesh.DispatchSharer: what this proxy
+// dispatched (and what ended) since the last call, for the other proxies
+// of its region.
+func (r *Router) TakeDispatches() []region.SiblingDispatch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.core.TakeDispatches()
+}
+
+// SiblingDispatched implements mesh.DispatchSharer: what another proxy of
+// this region told.
+func (r *Router) SiblingDispatched(from string, told []region.SiblingDispatch) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.core.SiblingDispatched(from, told)
 }
 
 // grantJurisdictions is peers (a snapshot it does not modify) with each
@@ -536,6 +562,7 @@ type replicaState struct {
 	metrics                                 region.Metrics
 	indexedBlocks, dispatchCap, cacheTokens int
 	truth                                   region.CacheTruth
+	cacheSource                             region.CacheSource
 }
 
 // heldKey is a (class, tenant) of held requests.
@@ -562,7 +589,7 @@ func (r *Router) snapshot() snapshot {
 		for _, h := range pool.Replicas() {
 			out.states = append(out.states, replicaState{model: model, name: h.Name(), healthy: h.Healthy(), inFlight: h.InFlight(), metrics: h.Metrics(),
 				indexedBlocks: pool.IndexedBlocks(h), dispatchCap: pool.DispatchCap(h), cacheTokens: pool.BelievedCacheTokens(h),
-				truth: pool.Truth(h)})
+				truth: pool.Truth(h), cacheSource: pool.CacheSource(h)})
 		}
 	})
 	r.core.HeldBy(func(class request.Class, tenant string, n int) { out.heldBy[heldKey{class, tenant}] += n })
@@ -654,4 +681,7 @@ func (r *Router) modelCards() ([]modelCard, bool) {
 	return out, known
 }
 
-var _ mesh.Source = (*Router)(nil)
+var (
+	_ mesh.Source         = (*Router)(nil)
+	_ mesh.DispatchSharer = (*Router)(nil)
+)

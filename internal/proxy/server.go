@@ -113,8 +113,9 @@ func New(cfg Config, opts Options) (*Server, error) {
 	s.maxClass, _ = request.ParseClass(cfg.PriorityClassMax) // validated above
 	s.expiring, s.expire = context.WithCancel(context.Background())
 	s.relay = newRelay(s, transport)
-	s.loops = &poolLoops{r: s.router, cfg: cfg, cp: cfg.ControlPlane(), client: &http.Client{Transport: transport}, log: s.log}
+	s.loops = &poolLoops{r: s.router, cfg: cfg, cp: cfg.ControlPlane(), client: &http.Client{Transport: transport}, log: s.log, logEvery: s.logEvery}
 	s.metrics = newMetrics(cfg.Region, s.router)
+	s.loops.kvCount = s.metrics.kvEvents
 	s.handler = s.routes()
 	return s, nil
 }
@@ -163,6 +164,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.loops.modelsAll(ctx)
 	s.loops.scrapeAll(ctx)
+	s.loops.syncKVFollowers(ctx)
 	go s.loops.run(ctx)
 	// Pump held requests even when nothing else happens: deadlines, fresh peer data.
 	go every(ctx, s.loops.cp.PumpInterval, func(context.Context) { s.router.Pump() })

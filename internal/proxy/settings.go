@@ -85,6 +85,8 @@ var settings = describe([]Setting{
 		Derived: "none: learned from /v1/models", check: modelPools},
 	{Field: "ModelProfiles", Env: "SKYWALKER_MODEL_PROFILES", Help: "the engine profile of each model's replicas, model=profile,... (e.g. llama-70b=llama3-70b-h100x4); other models use profile",
 		Derived: "none: profile for every model", check: is(modelProfiles)},
+	{Field: "KVEvents", Env: "SKYWALKER_KV_EVENTS", Help: "subscribe to the replicas' KV-cache events (vLLM --kv-events-config, SGLang --kv-events-config) so their prefix index rests on what they store and evict: off, discover (each replica's GET /kv_event_sources), or where every replica publishes, tcp://{host}:5557|tcp://{host}:5558|topic (PUB, replay, topic; {host} is the replica's)",
+		Derived: "off", check: is(kvEventsSetting)},
 	{Field: "LoRALoad", Env: "SKYWALKER_LORA_LOAD_TIME", Help: "what loading a LoRA adapter into a replica's slot costs: a request of an adapter not resident on a replica (as routing history and the engine's vllm:lora_requests_info tell) is charged it there",
 		check: is(nonNegative[time.Duration])},
 	{Field: "Peers", Env: "PEER_REGIONS", Help: "the other regions' proxies, mesh seeds: region:URL (asked for its gossip address) or region:host:port (the gossip address), comma-separated",
@@ -456,6 +458,16 @@ func priorityClass(v string) string {
 func headerName(v string) string {
 	if h := strings.TrimSpace(v); h != "" && !validHeaderName(h) {
 		return fmt.Sprintf("%q is not a header name", h)
+	}
+	return ""
+}
+
+func kvEventsSetting(v string) string {
+	if v == "" || v == "off" || v == "discover" {
+		return ""
+	}
+	if _, err := parseKVTemplate(v, "h"); err != nil {
+		return err.Error()
 	}
 	return ""
 }

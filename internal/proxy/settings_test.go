@@ -114,7 +114,7 @@ func TestEveryTypedSettingRefusesNonsense(t *testing.T) {
 // FuzzSettingText: any text is read or refused, never a panic, and what
 // is read writes back to the same value.
 func FuzzSettingText(f *testing.F) {
-	for _, seed := range []string{"7", "-1", "true", "3s", "150.5", "NaN", "1e300", "a,,b", "eu-west:h:1", "x=72ms,y=1", "a=b,=c", "eu-west=-1"} {
+	for _, seed := range []string{"7", "-1", "true", "3s", "150.5", "NaN", "1e300", "a,,b", "eu-west:h:1", "x=72ms,y=1", "a=b,=c", "eu-west=-1", "discover", "tcp://{host}:5557|tcp://{host}:5558|kv", "tcp://x|udp://y"} {
 		f.Add(seed)
 	}
 	f.Fuzz(func(t *testing.T, text string) {

@@ -53,18 +53,28 @@ var columns = []column{
 	{"utilization", func(r *results.Result) string { return utilization(r) }},
 }
 
-// adapterLoads is the column shown when some run loaded LoRA adapters.
-var adapterLoads = column{"adapter loads", func(r *results.Result) string { return fmt.Sprint(r.AdapterLoads) }}
+// optional are the columns shown, before utilization, when some run has
+// a value for them.
+var optional = []struct {
+	column
+	shown func(*results.Result) bool
+}{
+	{column{"unservable", func(r *results.Result) string { return fmt.Sprint(r.Unservable) }}, func(r *results.Result) bool { return r.Unservable > 0 }},
+	{column{"adapter loads", func(r *results.Result) string { return fmt.Sprint(r.AdapterLoads) }}, func(r *results.Result) bool { return r.AdapterLoads > 0 }},
+	{column{"prefix precision", func(r *results.Result) string { return pct(r.PrefixPrecision) }}, func(r *results.Result) bool { return r.PrefixPrecision > 0 }},
+	{column{"prefix recall", func(r *results.Result) string { return pct(r.PrefixRecall) }}, func(r *results.Result) bool { return r.PrefixRecall > 0 }},
+}
 
-// columnsFor is the columns for rep: adapter loads too when some run had
-// them.
+// columnsFor is the columns for rep: the optional ones some run has a
+// value for too.
 func columnsFor(rep *results.Report) []column {
-	for _, r := range rep.Results {
-		if r.AdapterLoads > 0 {
-			return append(slices.Clone(columns[:len(columns)-1]), adapterLoads, columns[len(columns)-1])
+	out := slices.Clone(columns[:len(columns)-1])
+	for _, o := range optional {
+		if slices.ContainsFunc(rep.Results, o.shown) {
+			out = append(out, o.column)
 		}
 	}
-	return columns
+	return append(out, columns[len(columns)-1])
 }
 
 func utilization(r *results.Result) string {

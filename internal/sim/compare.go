@@ -22,9 +22,19 @@ type Options struct {
 	NoCacheTruth bool
 	// KVEvents has the engines publish KV events (Config.KVEvents).
 	KVEvents bool
+	// CacheSources, if set, runs every policy once per source of the
+	// routers' prefix index, labelled "policy (source)": belief (where it
+	// sent prompts, an LRU bound; NoCacheTruth), truth (belief corrected
+	// by the engines' cached tokens, the default) or events (the engines'
+	// KV events). It overrides NoCacheTruth and KVEvents.
+	CacheSources []string
 	// Progress, if set, is called as each policy finishes.
 	Progress func(done, total int, res *results.Result)
 }
+
+// CacheSources are what a router's prefix index may rest on (see
+// Options.CacheSources).
+var CacheSources = []string{"belief", "truth", "events"}
 
 // Compare runs the scenario once per policy on identical arrivals and
 // returns the results in policy order.
@@ -44,6 +54,21 @@ func Compare(s *Scenario, opt Options) (*results.Report, error) {
 	if len(names) == 0 {
 		names = sc.PolicyNames()
 	}
+	type run struct {
+		name, source string
+	}
+	var runs []run
+	for _, n := range names {
+		if len(opt.CacheSources) == 0 {
+			runs = append(runs, run{name: n})
+		}
+		for _, src := range opt.CacheSources {
+			if !slices.Contains(CacheSources, src) {
+				return nil, fmt.Errorf("cache source %q: want one of %s", src, strings.Join(CacheSources, ", "))
+			}
+			runs = append(runs, run{name: n, source: src})
+		}
+	}
 	cfg, wl, err := sc.Build(opt.Trace)
 	if err != nil {
 		return nil, err
@@ -61,13 +86,13 @@ func Compare(s *Scenario, opt Options) (*results.Report, error) {
 	if parallel <= 0 {
 		parallel = runtime.GOMAXPROCS(0)
 	}
-	rep := &results.Report{Scenario: sc.Name, Seed: sc.Seed, Lengths: wl.Lengths, Results: make([]*results.Result, len(names))}
-	errs := make([]error, len(names))
+	rep := &results.Report{Scenario: sc.Name, Seed: sc.Seed, Lengths: wl.Lengths, Results: make([]*results.Result, len(runs))}
+	errs := make([]error, len(runs))
 	sem := make(chan struct{}, parallel)
 	var mu sync.Mutex
 	done := 0
 	var wg sync.WaitGroup
-	for i := range names {
+	for i, rn := range runs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -79,18 +104,24 @@ func Compare(s *Scenario, opt Options) (*results.Report, error) {
 				return
 			}
 			c := cfg
-			c.Policy, c.Router, _ = strings.Cut(names[i], "@")
+			c.Policy, c.Router, _ = strings.Cut(rn.name, "@")
 			c.NoCacheTruth, c.KVEvents = opt.NoCacheTruth, opt.KVEvents
+			if rn.source != "" {
+				c.NoCacheTruth, c.KVEvents = rn.source == "belief", rn.source == "events"
+			}
 			res, err := Run(c, src, wl.Span, wl.BlockTokens)
 			if err != nil {
-				errs[i] = fmt.Errorf("policy %s: %w", names[i], err)
+				errs[i] = fmt.Errorf("policy %s: %w", rn.name, err)
 				return
+			}
+			if rn.source != "" {
+				res.Policy += " (" + rn.source + ")"
 			}
 			rep.Results[i] = res
 			mu.Lock()
 			done++
 			if opt.Progress != nil {
-				opt.Progress(done, len(names), res)
+				opt.Progress(done, len(runs), res)
 			}
 			mu.Unlock()
 		}()

@@ -549,17 +549,25 @@ func TestComparingASingleRouterDeployment(t *testing.T) {
 // quarter of the cache the router believes (unknown-cache). With
 // cache-truth feedback at least 90% of the requests routed as holding a
 // cached prefix really find it; without, far fewer do, and TTFT is worse.
+// On unknown-cache (engines holding a quarter of what the router
+// believes), each source of the prefix index predicts better than the one
+// before: belief, belief corrected by cache truth, the engines' KV events.
 func TestCacheTruthTeachesTheRouterTheEnginesRealCache(t *testing.T) {
 	s := scenario(t, "unknown-cache")
-	on, err := Compare(s, Options{})
+	rep, err := Compare(s, Options{CacheSources: CacheSources})
 	if err != nil {
 		t.Fatal(err)
 	}
-	off, err := Compare(s, Options{NoCacheTruth: true})
-	if err != nil {
-		t.Fatal(err)
+	for i, want := range []string{"skywalker (belief)", "skywalker (truth)", "skywalker (events)"} {
+		if rep.Results[i].Policy != want {
+			t.Fatalf("result %d is %q, want %q", i, rep.Results[i].Policy, want)
+		}
 	}
-	a, b := on.Results[0], off.Results[0]
+	a, b, events := rep.Results[1], rep.Results[0], rep.Results[2]
+	t.Logf("events: precision %.3f, recall %.3f, TTFT p99 %v ms", events.PrefixPrecision, events.PrefixRecall, events.TTFTP99Ms)
+	if events.PrefixPrecision <= a.PrefixPrecision || events.PrefixRecall <= a.PrefixRecall {
+		t.Errorf("KV events: precision %.3f recall %.3f, no better than cache truth's %.3f %.3f", events.PrefixPrecision, events.PrefixRecall, a.PrefixPrecision, a.PrefixRecall)
+	}
 	t.Logf("precision %.3f vs %.3f, TTFT p99 %v vs %v ms, SLO %.4f vs %.4f", a.PrefixPrecision, b.PrefixPrecision, a.TTFTP99Ms, b.TTFTP99Ms, a.SLOAttainment, b.SLOAttainment)
 	if a.PrefixPrecision < 0.9 {
 		t.Errorf("with feedback %.1f%% of predicted hits were real, want ≥ 90%%", 100*a.PrefixPrecision)

@@ -16,6 +16,8 @@ import (
 	"skywalker/internal/apierr"
 	"skywalker/internal/engine"
 	"skywalker/internal/httpserve"
+	"skywalker/internal/kvevents"
+	"skywalker/internal/kvevents/kvzmq"
 	"skywalker/internal/request"
 )
 
@@ -49,6 +51,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Exit ends the process for Faults.ExitAfter; default os.Exit.
 	Exit func(code int)
+	// KVEvents publishes the engine's KV events (vLLM's
+	// --kv-events-config), in KVEventsShape.
+	KVEvents      KVEventsConfig
+	KVEventsShape kvevents.Shape
 }
 
 // Faults inject failures for tests. All are off at their zero values.
@@ -60,6 +66,10 @@ type Faults struct {
 	// ExitAfter: once this many requests were accepted, the next one
 	// makes the process exit at once, mid-flight for everyone else.
 	ExitAfter int
+	// KV events: every KVDropEvery-th batch is lost on the way but kept
+	// for replay, every KVForgetEvery-th lost for good; the
+	// KVRestartAfter-th starts the sequence over (an engine restart).
+	KVDropEvery, KVForgetEvery, KVRestartAfter int
 }
 
 // Server is a simulated vLLM-compatible inference server.
@@ -75,6 +85,11 @@ type Server struct {
 	nextID   atomic.Uint64
 	accepted atomic.Int64
 	handler  http.Handler
+	// ctx ends when the server is closed (its KV publisher with it).
+	ctx       context.Context
+	close     context.CancelFunc
+	kv        *kvzmq.Publisher // nil without KV events
+	kvBatches int              // batches published, for the faults (engine loop only)
 }
 
 // New returns a server; call Run to start its engine loop.
@@ -113,6 +128,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Exit = os.Exit
 	}
 	cfg.Parse.MaxBodyBytes = cfg.MaxBodyBytes
+	cfg.Engine.KVEvents = cfg.KVEvents.Enable
 	s := &Server{
 		cfg:   cfg,
 		log:   cfg.Logger,
@@ -122,11 +138,17 @@ func New(cfg Config) (*Server, error) {
 		clock: newClock(cfg.TimeScale),
 	}
 	s.metrics = newMetrics(s)
+	s.ctx, s.close = context.WithCancel(context.Background())
+	if err := s.startKVEvents(); err != nil {
+		s.close()
+		return nil, err
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Chat) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Completion) })
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	mux.HandleFunc("GET /kv_event_sources", s.kvEventSources)
 	if cfg.MetricsStyle != "none" {
 		mux.Handle("GET /metrics", s.metrics.handler())
 	}
@@ -163,6 +185,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 // Run is the engine loop: step the model in (scaled) real time until ctx
 // is done.
 func (s *Server) Run(ctx context.Context) {
+	defer s.closeKV()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	var lastEnd time.Time
@@ -191,8 +214,21 @@ func (s *Server) Run(ctx context.Context) {
 		}
 		s.mu.Lock()
 		s.eng.EndStep(end, sink{s})
+		var kv []kvevents.Event
+		if s.kv != nil {
+			kv = s.eng.TakeKVEvents()
+		}
 		s.mu.Unlock()
+		s.publishKVEvents(kv)
 		lastEnd = end
+	}
+}
+
+// closeKV closes the KV-event publisher, if any.
+func (s *Server) closeKV() {
+	s.close()
+	if s.kv != nil {
+		_ = s.kv.Close()
 	}
 }
 

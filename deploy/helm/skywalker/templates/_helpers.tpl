@@ -120,6 +120,7 @@ spec:
         - {name: SKYWALKER_MODEL_PROFILES, value: {{ . | quote }}}
         {{- end }}
         - {name: SKYWALKER_LORA_LOAD_TIME, value: {{ $root.Values.loraLoadTime | quote }}}
+        - {name: SKYWALKER_KV_EVENTS, value: {{ $root.Values.kvEvents | quote }}}
         - {name: MAX_WAN_RTT_THRESHOLD_MS, value: {{ $root.Values.mesh.maxWanRttMs | quote }}}
         - {name: SKYWALKER_MESH_PRESET, value: {{ $root.Values.mesh.preset | quote }}}
         - {name: SKYWALKER_LISTEN, value: ":9000"}

@@ -1,0 +1,53 @@
+package proxy
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"skywalker/internal/kvevents/kvzmq"
+)
+
+// TestKVEventSourcesAreReadOrRefused: vLLM's /kv_event_sources answer is
+// read with bind-all hosts replaced by the replica's; anything else is
+// refused with a reason.
+func TestKVEventSourcesAreReadOrRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []kvzmq.Source
+		err        string
+	}{
+		{"two ranks, bind-all", `{"sources":[{"data_parallel_rank":0,"endpoint":"tcp://*:5557","replay_endpoint":"tcp://0.0.0.0:5558","topic":"kv"},` +
+			`{"data_parallel_rank":1,"endpoint":"tcp://10.0.0.9:5567","topic":"kv"}]}`,
+			[]kvzmq.Source{{Endpoint: "tcp://10.0.0.7:5557", ReplayEndpoint: "tcp://10.0.0.7:5558", Topic: "kv"}, {Endpoint: "tcp://10.0.0.9:5567", Topic: "kv", Rank: 1}}, ""},
+		{"none", `{"sources":[]}`, nil, ""},
+		{"not JSON", `sources`, nil, "invalid character"},
+		{"not ZeroMQ over TCP", `{"sources":[{"endpoint":"ipc:///tmp/kv"}]}`, nil, "want tcp://"},
+		{"a negative rank", `{"sources":[{"endpoint":"tcp://*:1","data_parallel_rank":-1}]}`, nil, "rank -1"},
+		{"too many", `{"sources":[` + strings.Repeat(`{"endpoint":"tcp://*:1"},`, 300) + `{"endpoint":"tcp://*:1"}]}`, nil, "over 256"},
+	} {
+		got, err := parseKVSources(strings.NewReader(tc.body), "10.0.0.7")
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err %v, want one saying %q", tc.name, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: %+v, %v; want %+v", tc.name, got, err, tc.want)
+		}
+	}
+}
+
+func FuzzKVEventSources(f *testing.F) {
+	f.Add(`{"sources":[{"data_parallel_rank":0,"endpoint":"tcp://*:5557","replay_endpoint":"tcp://[::]:5558","topic":"kv"}]}`)
+	f.Add(`{"sources":[{"endpoint":"tcp://h"}]}`)
+	f.Fuzz(func(t *testing.T, body string) {
+		sources, err := parseKVSources(strings.NewReader(body), "10.0.0.7")
+		for _, s := range sources {
+			if err != nil || !strings.HasPrefix(s.Endpoint, "tcp://") || s.Rank < 0 {
+				t.Errorf("read %+v from %q (err %v)", s, body, err)
+			}
+		}
+	})
+}
