@@ -139,3 +139,28 @@ func FuzzAppendStringDecodesLikeEncodingJSON(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseResponses: no Responses body makes the parser panic; every
+// failure is a client-visible *apierr.Error; what is read can be
+// rewritten (model, previous_response_id) into a body that is still JSON.
+func FuzzParseResponses(f *testing.F) {
+	f.Add([]byte(`{"model":"m","input":"hi","previous_response_id":"resp_1","instructions":"be brief"}`))
+	f.Add([]byte(`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"tools":[{}]}`))
+	f.Add([]byte(`{"input":[{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"x"}]}],"prompt_cache_key":"k"}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, err := Parse(Responses, body, Options{BlockBytes: 8, MaxBodyBytes: 1 << 16})
+		if err != nil {
+			if _, ok := apierr.As(err); !ok {
+				t.Fatalf("error %v is not an *apierr.Error", err)
+			}
+			return
+		}
+		if req.PromptTokens < 0 || req.CachedTokens(len(req.Blocks)) > req.PromptTokens {
+			t.Fatalf("inconsistent request: %+v", req)
+		}
+		out := req.RewritePrevious(req.RewriteModel(body, "m2"), "resp_2")
+		if !json.Valid(out) {
+			t.Fatalf("rewriting %q gave %q", body, out)
+		}
+	})
+}

@@ -21,11 +21,15 @@ type Kind int
 const (
 	Chat       Kind = iota // POST /v1/chat/completions
 	Completion             // POST /v1/completions
+	Responses              // POST /v1/responses
 )
 
 func (k Kind) String() string {
-	if k == Completion {
+	switch k {
+	case Completion:
 		return "completion"
+	case Responses:
+		return "responses"
 	}
 	return "chat"
 }
@@ -119,6 +123,12 @@ func parse(kind Kind, s scanner, sizeHint int, opts Options) (*Request, []byte, 
 	p.chain = blockChain{blockBytes: opts.BlockBytes, seed: opts.Seed, parent: opts.Seed,
 		blocks: make([]uint64, 0, sizeHint/opts.BlockBytes+1)}
 	err := p.parse()
+	if err == nil && len(p.front) > 0 {
+		// Instructions and tools come before the input, wherever the JSON
+		// put them: the rendering is rebuilt and hashed again.
+		p.s.out = append(p.front, p.s.out...)
+		p.chain = blockChain{blockBytes: opts.BlockBytes, seed: opts.Seed, parent: opts.Seed, blocks: p.chain.blocks[:0]}
+	}
 	rendered := p.s.out
 	defer func() {
 		if cap(rendered) <= 8<<20 { // don't pin huge buffers
@@ -159,6 +169,18 @@ type parser struct {
 	promptTokens int
 	tokenBytes   int
 	sawPrompt    bool
+	// front is what a Responses body renders before its input: its
+	// instructions (as a system message), then its tools.
+	front                     []byte
+	sawInstructions, sawTools bool
+}
+
+// list is the name of the body's message list, for error parameters.
+func (p *parser) list() string {
+	if p.kind == Responses {
+		return "input"
+	}
+	return "messages"
 }
 
 // Separators of the canonical rendering. Each message renders as
@@ -187,8 +209,11 @@ func (p *parser) parse() error {
 		return s.fail("unexpected data after the JSON object")
 	}
 	if !p.sawPrompt {
-		if p.kind == Chat {
+		switch p.kind {
+		case Chat:
 			return apierr.Invalid("messages", "messages is required")
+		case Responses:
+			return apierr.Invalid("input", "input is required")
 		}
 		return apierr.Invalid("prompt", "prompt is required")
 	}
@@ -226,6 +251,84 @@ func (p *parser) topField(key []byte) error {
 		}
 		p.sawPrompt = true
 		return p.prompt()
+	case "input":
+		if p.kind != Responses {
+			return s.skip()
+		}
+		if p.sawPrompt {
+			return apierr.Invalid("input", "input is given twice")
+		}
+		p.sawPrompt = true
+		return p.input()
+	case "instructions":
+		if p.kind != Responses {
+			return s.skip()
+		}
+		if p.sawInstructions {
+			return apierr.Invalid("instructions", "instructions is given twice")
+		}
+		p.sawInstructions = true
+		v, err := p.stringField("instructions")
+		if err != nil || v == "" {
+			return err
+		}
+		// As the engine renders them: a system message ahead of the input.
+		instr := append([]byte(v), unitSep)
+		instr = append(instr, "system"...)
+		instr = append(instr, unitSep, unitSep, unitSep, recordSep)
+		p.front = append(instr, p.front...)
+		return nil
+	case "tools":
+		if p.kind != Responses {
+			return s.skip()
+		}
+		if p.sawTools {
+			return apierr.Invalid("tools", "tools is given twice")
+		}
+		p.sawTools = true
+		if null, err := s.null(); null || err != nil {
+			return err
+		}
+		if s.peek() != '[' {
+			return apierr.Invalid("tools", "tools must be an array, found %s", s.kind())
+		}
+		raw, err := s.rawValue()
+		p.front = append(append(p.front, raw...), unitSep, 't', 'o', 'o', 'l', 's', unitSep, unitSep, unitSep, recordSep)
+		return err
+	case "previous_response_id":
+		if p.kind != Responses {
+			return s.skip()
+		}
+		if s.peek() != '"' {
+			_, err := p.stringField("previous_response_id") // null, or the error
+			return err
+		}
+		start := s.pos
+		v, err := p.stringField("previous_response_id")
+		if err == nil && v == "" {
+			return apierr.Invalid("previous_response_id", "previous_response_id must not be empty")
+		}
+		p.req.PreviousResponse, p.req.previousAt = v, [2]int{start, s.pos}
+		return err
+	case "prompt_cache_key":
+		v, err := p.stringField("prompt_cache_key")
+		if v != "" {
+			p.req.Session, p.req.cacheKey = v, true
+		}
+		return err
+	case "store":
+		v, err := p.boolField("store")
+		p.req.Store = v
+		return err
+	case "background":
+		v, err := p.boolField("background")
+		p.req.Background = v
+		return err
+	case "max_output_tokens":
+		if p.kind != Responses {
+			return s.skip()
+		}
+		return p.maxTokens("max_output_tokens")
 	case "max_tokens", "max_completion_tokens":
 		return p.maxTokens(string(key))
 	case "stream":
@@ -236,7 +339,7 @@ func (p *parser) topField(key []byte) error {
 		return p.streamOptions()
 	case "user":
 		v, err := p.stringField("user")
-		if v != "" {
+		if v != "" && !p.req.cacheKey {
 			p.req.Session = v
 		}
 		return err
@@ -276,7 +379,7 @@ func (p *parser) messageString(i int, field string) (string, error) {
 		return "", err
 	}
 	if s.peek() != '"' {
-		return "", apierr.Invalid(fmt.Sprintf("messages[%d].%s", i, field), "%s must be a string, found %s", field, s.kind())
+		return "", apierr.Invalid(fmt.Sprintf("%s[%d].%s", p.list(), i, field), "%s must be a string, found %s", field, s.kind())
 	}
 	return s.str()
 }
@@ -387,7 +490,7 @@ var roles = []string{"system", "developer", "user", "assistant", "tool", "functi
 // role reads messages[i].role, returning one of roles (no allocation).
 func (p *parser) role(i int) (string, error) {
 	s := &p.s
-	param := func() string { return fmt.Sprintf("messages[%d].role", i) }
+	param := func() string { return fmt.Sprintf("%s[%d].role", p.list(), i) }
 	if s.peek() != '"' {
 		return "", apierr.Invalid(param(), "role must be a string, found %s", s.kind())
 	}
@@ -436,7 +539,7 @@ func (p *parser) messages() error {
 func (p *parser) message(i int) error {
 	s := &p.s
 	if s.peek() != '{' {
-		return apierr.Invalid(fmt.Sprintf("messages[%d]", i), "each message must be an object, found %s", s.kind())
+		return apierr.Invalid(fmt.Sprintf("%s[%d]", p.list(), i), "each message must be an object, found %s", s.kind())
 	}
 	var role, name, toolCallID string
 	var toolCalls []byte
@@ -454,7 +557,7 @@ func (p *parser) message(i int) error {
 			toolCalls, err = s.rawValue()
 		case "content":
 			if sawContent {
-				return apierr.Invalid(fmt.Sprintf("messages[%d].content", i), "content is given twice")
+				return apierr.Invalid(fmt.Sprintf("%s[%d].content", p.list(), i), "content is given twice")
 			}
 			sawContent = true
 			err = p.content(i)
@@ -467,7 +570,7 @@ func (p *parser) message(i int) error {
 		return err
 	}
 	if role == "" {
-		return apierr.Invalid(fmt.Sprintf("messages[%d].role", i), "role is required")
+		return apierr.Invalid(fmt.Sprintf("%s[%d].role", p.list(), i), "role is required")
 	}
 	r := append(p.s.out, unitSep)
 	r = append(r, role...)
@@ -500,13 +603,13 @@ func (p *parser) content(i int) error {
 			return p.contentPart(i, j)
 		})
 	default:
-		return apierr.Invalid(fmt.Sprintf("messages[%d].content", i), "content must be a string, an array of parts or null, found %s", s.kind())
+		return apierr.Invalid(fmt.Sprintf("%s[%d].content", p.list(), i), "content must be a string, an array of parts or null, found %s", s.kind())
 	}
 }
 
 func (p *parser) contentPart(i, j int) error {
 	s := &p.s
-	param := func(field string) string { return fmt.Sprintf("messages[%d].content[%d]%s", i, j, field) }
+	param := func(field string) string { return fmt.Sprintf("%s[%d].content[%d]%s", p.list(), i, j, field) }
 	if s.peek() != '{' {
 		return apierr.Invalid(param(""), "each content part must be an object, found %s", s.kind())
 	}
@@ -527,7 +630,7 @@ func (p *parser) contentPart(i, j int) error {
 			var err error
 			err = s.appendString()
 			return err
-		case "image_url", "input_audio", "file", "video_url":
+		case "image_url", "input_audio", "file", "video_url", "file_id", "file_data", "file_url":
 			// The media reference (URL or inline data) stands for the media:
 			// the same image gives the same blocks.
 			raw, err := s.rawValue()
@@ -543,6 +646,97 @@ func (p *parser) contentPart(i, j int) error {
 	if !sawType {
 		return apierr.Invalid(param(".type"), "content part type is required")
 	}
+	return nil
+}
+
+// input renders a Responses input: a string (one user message, rendered
+// as chat renders it) or an array of items. A message item renders as a
+// chat message with the same role and content; other items (a function
+// call, its output, reasoning, …) as their text and their type, so that
+// a conversation resent whole keeps its blocks.
+func (p *parser) input() error {
+	s := &p.s
+	switch s.peek() {
+	case '"':
+		if err := s.appendString(); err != nil {
+			return err
+		}
+		p.s.out = append(p.s.out, unitSep, 'u', 's', 'e', 'r', unitSep, unitSep, unitSep, recordSep)
+		return nil
+	case '[':
+		count := 0
+		err := s.array(func(i int) error {
+			count++
+			return p.item(i)
+		})
+		if err == nil && count == 0 {
+			return apierr.Invalid("input", "input must not be empty")
+		}
+		return err
+	default:
+		return apierr.Invalid("input", "input must be a string or an array of items, found %s", s.kind())
+	}
+}
+
+// item renders one Responses input item.
+func (p *parser) item(i int) error {
+	s := &p.s
+	param := func(field string) string { return fmt.Sprintf("input[%d]%s", i, field) }
+	if s.peek() != '{' {
+		return apierr.Invalid(param(""), "each input item must be an object, found %s", s.kind())
+	}
+	var typ, role, name, callID string
+	sawContent := false
+	err := s.object(func(key []byte) error {
+		var err error
+		switch string(key) {
+		case "type":
+			typ, err = p.stringField(param(".type"))
+		case "role":
+			role, err = p.role(i)
+		case "name":
+			name, err = p.stringField(param(".name"))
+		case "call_id":
+			callID, err = p.stringField(param(".call_id"))
+		case "content":
+			if sawContent {
+				return apierr.Invalid(param(".content"), "content is given twice")
+			}
+			sawContent = true
+			err = p.content(i)
+		case "arguments", "output", "summary", "encrypted_content", "action", "result":
+			if s.peek() == '"' {
+				return s.appendString()
+			}
+			raw, err := s.rawValue()
+			p.s.out = append(p.s.out, raw...)
+			return err
+		default:
+			err = s.skip() // ids, status: not part of the prompt
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	switch {
+	case typ == "" && role == "":
+		return apierr.Invalid(param(".type"), "an input item needs a type, or a role for a message")
+	case typ == "message" || typ == "":
+		if role == "" {
+			return apierr.Invalid(param(".role"), "role is required")
+		}
+		typ = role
+	case typ == "function_call_output" && callID == "":
+		return apierr.Invalid(param(".call_id"), "call_id is required")
+	}
+	r := append(p.s.out, unitSep)
+	r = append(r, typ...)
+	r = append(r, unitSep)
+	r = append(r, name...)
+	r = append(r, unitSep)
+	r = append(r, callID...)
+	p.s.out = append(r, unitSep, recordSep)
 	return nil
 }
 

@@ -47,7 +47,21 @@ type Request struct {
 	BlockTokens int // tokens covered by one block
 
 	Residency string // jurisdiction the request must be served in, lower case; "" for anywhere
-	Session   string // session or user key, for consistent hashing; may be empty
+	// Session is the client's session key — prompt_cache_key, else the
+	// session header, user or metadata.session_id — for session affinity
+	// and consistent hashing; may be empty.
+	Session  string
+	cacheKey bool // Session is the body's prompt_cache_key
+
+	// PreviousResponse is a Responses request's previous_response_id, as
+	// the client sent it (previousAt: its JSON string in the body); Home
+	// is where that response lives, once the driver has decoded it: the
+	// request must go there (see Home).
+	PreviousResponse string
+	previousAt       [2]int
+	Home             Home
+	// Store and Background are a Responses request's store and background.
+	Store, Background bool
 	// Priority is the body's vLLM priority field, passed to the engine as
 	// sent; the balancer orders by Class, never by it.
 	Priority int
@@ -78,6 +92,16 @@ type Request struct {
 	// local rule's, and it counts in this region's demand.
 	ServeHere bool
 }
+
+// Home is where a Responses chain lives: the region and the replica (its
+// name in that region's pool) whose engine holds the previous response.
+// A request with a Home goes there or nowhere. The zero Home is none.
+type Home struct {
+	Region, Replica string
+}
+
+// IsZero reports whether h names no home.
+func (h Home) IsZero() bool { return h.Replica == "" }
 
 // StaysHere reports whether the request must be served in the region that
 // holds it: it was forwarded in, or its own forward failed.
@@ -206,14 +230,36 @@ func (r *Request) SetPool(base, adapter string) {
 // the request was parsed from. A body without a model string is returned
 // as it is. The request's Model becomes model.
 func (r *Request) RewriteModel(body []byte, model string) []byte {
-	start, end := r.modelAt[0], r.modelAt[1]
-	if end <= start || end > len(body) || body[start] != '"' {
-		return body
+	out, ok := replaceString(body, &r.modelAt, model, &r.previousAt)
+	if ok {
+		r.Model = model
 	}
-	quoted, _ := json.Marshal(model) // a string always marshals
+	return out
+}
+
+// RewritePrevious returns body with the request's previous_response_id
+// replaced by id (the engine's own id for the proxy's); body must be the
+// one the request was parsed from, as RewriteModel left it. A body
+// without one is returned as it is.
+func (r *Request) RewritePrevious(body []byte, id string) []byte {
+	out, _ := replaceString(body, &r.previousAt, id, &r.modelAt)
+	return out
+}
+
+// replaceString replaces the JSON string at *at in body with value,
+// moving *other (another string's place) if it lies after.
+func replaceString(body []byte, at *[2]int, value string, other *[2]int) ([]byte, bool) {
+	start, end := at[0], at[1]
+	if end <= start || end > len(body) || body[start] != '"' {
+		return body, false
+	}
+	quoted, _ := json.Marshal(value) // a string always marshals
 	out := make([]byte, 0, len(body)-(end-start)+len(quoted))
 	out = append(append(append(out, body[:start]...), quoted...), body[end:]...)
-	r.Model = model
-	r.modelAt = [2]int{start, start + len(quoted)}
-	return out
+	*at = [2]int{start, start + len(quoted)}
+	if shift := len(quoted) - (end - start); other[0] >= end {
+		other[0] += shift
+		other[1] += shift
+	}
+	return out, true
 }

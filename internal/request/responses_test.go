@@ -1,0 +1,98 @@
+package request
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"skywalker/internal/apierr"
+)
+
+// A Responses body renders as the chat body that says the same: its
+// instructions as a system message first (wherever the JSON puts them), a
+// string input as one user message, message items as chat messages — so
+// the prefix index and the digests know a conversation whichever API
+// carries it.
+func TestResponsesRenderAsTheChatThatSaysTheSame(t *testing.T) {
+	system := strings.Repeat("You answer questions about trains. ", 40)
+	question := strings.Repeat("Which train reaches Lyon first? ", 30)
+	for _, tc := range []struct {
+		name, responses, chat string
+	}{
+		{"a string input",
+			`{"model":"m","input":` + q(question) + `}`,
+			`{"model":"m","messages":[{"role":"user","content":` + q(question) + `}]}`},
+		{"instructions after the input",
+			`{"input":[{"role":"user","content":` + q(question) + `}],"instructions":` + q(system) + `,"model":"m"}`,
+			`{"model":"m","messages":[{"role":"system","content":` + q(system) + `},{"role":"user","content":` + q(question) + `}]}`},
+		{"typed message items with content parts",
+			`{"model":"m","instructions":` + q(system) + `,"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":` + q(question) + `}]},` +
+				`{"type":"message","role":"assistant","id":"msg_1","status":"completed","content":[{"type":"output_text","text":"The 9:04."}]}]}`,
+			`{"model":"m","messages":[{"role":"system","content":` + q(system) + `},{"role":"user","content":[{"type":"text","text":` + q(question) + `}]},` +
+				`{"role":"assistant","content":[{"type":"text","text":"The 9:04."}]}]}`},
+	} {
+		r, c := mustParse(t, Responses, tc.responses), mustParse(t, Chat, tc.chat)
+		if !slices.Equal(r.Blocks, c.Blocks) || r.PromptTokens != c.PromptTokens || len(r.Blocks) == 0 {
+			t.Errorf("%s: %d blocks, %d tokens; chat %d blocks, %d tokens: not the same prompt", tc.name, len(r.Blocks), r.PromptTokens, len(c.Blocks), c.PromptTokens)
+		}
+	}
+}
+
+// Every field a router needs is read; the rest passes through.
+func TestResponsesReadsWhatRoutingNeeds(t *testing.T) {
+	body := `{"model":"llama","input":[{"role":"user","content":"hi"},{"type":"function_call","call_id":"c1","name":"weather","arguments":"{\"city\":\"Oslo\"}"},` +
+		`{"type":"function_call_output","call_id":"c1","output":"-3C"}],"tools":[{"type":"function","name":"weather"}],"previous_response_id":"resp_abc",` +
+		`"prompt_cache_key":"user-42-thread-7","user":"u1","max_output_tokens":64,"stream":true,"store":true,"background":false,"metadata":{"priority":"critical","data_residency":"EU"}}`
+	r := mustParse(t, Responses, body)
+	if r.Model != "llama" || r.PreviousResponse != "resp_abc" || r.Session != "user-42-thread-7" || r.MaxTokens != 64 || !r.Stream || !r.Store ||
+		r.Class != Critical || r.Residency != "eu" {
+		t.Errorf("read %+v", r)
+	}
+	out := r.RewritePrevious(r.RewriteModel([]byte(body), "meta-llama/Llama-3.1-8B-Instruct"), "resp_engine_0123")
+	var back map[string]any
+	if err := json.Unmarshal(out, &back); err != nil || back["previous_response_id"] != "resp_engine_0123" || back["model"] != "meta-llama/Llama-3.1-8B-Instruct" ||
+		back["prompt_cache_key"] != "user-42-thread-7" {
+		t.Errorf("rewritten body %s (%v)", out, err)
+	}
+	// prompt_cache_key wins over user whatever their order.
+	if r := mustParse(t, Responses, `{"prompt_cache_key":"k","user":"u","input":"x"}`); r.Session != "k" {
+		t.Errorf("session %q, want the prompt_cache_key", r.Session)
+	}
+	if r := mustParse(t, Chat, `{"user":"u","messages":[{"role":"user","content":"x"}],"prompt_cache_key":"k"}`); r.Session != "k" {
+		t.Errorf("chat: session %q, want the prompt_cache_key", r.Session)
+	}
+}
+
+func TestResponsesRejectsBadBodies(t *testing.T) {
+	for _, tc := range []struct {
+		body, param, msg string
+	}{
+		{`{"model":"m"}`, "input", "input is required"},
+		{`{"input":3}`, "input", "string or an array"},
+		{`{"input":[]}`, "input", "must not be empty"},
+		{`{"input":[3]}`, "input[0]", "must be an object"},
+		{`{"input":[{"content":"hi"}]}`, "input[0].type", "needs a type"},
+		{`{"input":[{"type":"message","content":"hi"}]}`, "input[0].role", "role is required"},
+		{`{"input":[{"role":"wizard","content":"hi"}]}`, "input[0].role", "unknown role"},
+		{`{"input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id", "call_id is required"},
+		{`{"input":[{"role":"user","content":7}]}`, "input[0].content", "content must be"},
+		{`{"input":"x","input":"y"}`, "input", "given twice"},
+		{`{"input":"x","previous_response_id":""}`, "previous_response_id", "must not be empty"},
+		{`{"input":"x","previous_response_id":7}`, "previous_response_id", "must be a string"},
+		{`{"input":"x","tools":{}}`, "tools", "must be an array"},
+		{`{"input":"x","instructions":1}`, "instructions", "must be a string"},
+		{`{"input":"x","max_output_tokens":0}`, "max_output_tokens", "positive"},
+	} {
+		_, err := Parse(Responses, []byte(tc.body), Options{})
+		e, ok := apierr.As(err)
+		if !ok || e.Status() != 400 || e.Param != tc.param || !strings.Contains(e.Message, tc.msg) {
+			t.Errorf("%s: %v; want a 400 on %s saying %q", tc.body, err, tc.param, tc.msg)
+		}
+	}
+}
+
+func q(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
