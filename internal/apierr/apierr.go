@@ -34,9 +34,14 @@ const (
 	Shed           Code = "shed"                // 429: held until it could no longer meet its objective
 	QueueTimeout   Code = "queue_timeout"       // 503: held past the request's deadline
 	Unavailable    Code = "service_unavailable" // 503: no healthy replica or eligible region
-	Forbidden      Code = "forbidden"           // 403: an unauthenticated forwarding marker
-	Upstream       Code = "upstream_error"      // 502: the replica or peer failed after retries
-	Internal       Code = "internal_error"      // 500: a bug; never expected
+	Forbidden      Code = "forbidden"           // 403: an unauthenticated forwarding marker, a chain whose home the request's residency forbids
+	// PreviousResponseNotFound (400, OpenAI's code): a Responses request's
+	// previous_response_id names a response that is not, or no longer,
+	// anywhere (its replica is out of service or lost it).
+	PreviousResponseNotFound Code = "previous_response_not_found"
+	ResponseNotFound         Code = "response_not_found" // 404: GET or cancel of an unknown response
+	Upstream                 Code = "upstream_error"     // 502: the replica or peer failed after retries
+	Internal                 Code = "internal_error"     // 500: a bug; never expected
 )
 
 // Error is a client-visible failure. The zero RetryAfter means no hint.
@@ -67,13 +72,13 @@ func (e *Error) Error() string {
 // Status is the HTTP status for the error's code.
 func (e *Error) Status() int {
 	switch e.Code {
-	case InvalidRequest:
+	case InvalidRequest, PreviousResponseNotFound:
 		return http.StatusBadRequest
 	case BodyTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case BodyTimeout:
 		return http.StatusRequestTimeout
-	case ModelNotFound, NotFound:
+	case ModelNotFound, NotFound, ResponseNotFound:
 		return http.StatusNotFound
 	case QueueFull, Overloaded, Shed:
 		return http.StatusTooManyRequests

@@ -264,7 +264,7 @@ func (b *Balancer) Submit(now time.Time, req *request.Request, env Env) {
 	v.Local.Objective = b.objective(req)
 	d := b.policy.Route(req, v)
 	if d.Action == policy.Reject {
-		env.Deliver(Outcome{Request: req, Decision: d, Err: b.noRegion(req)})
+		env.Deliver(Outcome{Request: req, Decision: d, Err: b.refusal(req, d)})
 		return
 	}
 	waits := d.Action == policy.Hold || d.Action == policy.Dispatch && ahead > 0
@@ -421,7 +421,7 @@ func (b *Balancer) PumpDepth(now time.Time, env Env, depth int) int {
 			continue
 		case policy.Reject:
 			b.remove(i, true)
-			env.Deliver(Outcome{Request: h.req, Decision: d, Err: b.noRegion(h.req), Waited: now.Sub(h.since)})
+			env.Deliver(Outcome{Request: h.req, Decision: d, Err: b.refusal(h.req, d), Waited: now.Sub(h.since)})
 		default:
 			b.remove(i, true)
 			env.Deliver(Outcome{Request: h.req, Decision: d, Waited: now.Sub(h.since), Admitted: h.estimate, Submitted: h.since})
@@ -596,6 +596,13 @@ func anyoneCanServe(v *policy.View) bool {
 		}
 	}
 	return false
+}
+
+func (b *Balancer) refusal(req *request.Request, d policy.Decision) *apierr.Error {
+	if d.Refusal != nil {
+		return d.Refusal
+	}
+	return b.noRegion(req)
 }
 
 func (b *Balancer) noRegion(req *request.Request) *apierr.Error {

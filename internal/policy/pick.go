@@ -87,11 +87,11 @@ func pickByPrefix(rs []Replica, margin int, onlyRoom bool) (int, Reason) {
 			continue
 		}
 		b := &rs[best]
-		if r.PrefixBlocks > b.PrefixBlocks || (r.PrefixBlocks == b.PrefixBlocks && r.Load() < b.Load()) {
+		if r.Prefix() > b.Prefix() || r.Prefix() == b.Prefix() && (r.Session && !b.Session || r.Session == b.Session && r.Load() < b.Load()) {
 			best = i
 		}
 	}
-	if rs[best].PrefixBlocks > 0 {
+	if rs[best].Prefix() > 0 {
 		return best, ReasonPrefix
 	}
 	return best, ReasonLeastLoad

@@ -3,6 +3,7 @@ package policy
 import (
 	"time"
 
+	"skywalker/internal/apierr"
 	"skywalker/internal/request"
 )
 
@@ -49,6 +50,7 @@ type Reason string
 const (
 	ReasonPrefix       Reason = "local-prefix"       // local replica holding the longest prefix
 	ReasonLeastLoad    Reason = "least-load"         // least-loaded replica or region
+	ReasonSession      Reason = "session"            // the replica that last served the request's session (prompt_cache_key, session header)
 	ReasonRemoteFaster Reason = "remote-faster"      // a peer's estimated TTFT beats local
 	ReasonResidency    Reason = "residency"          // the local region may not serve it
 	ReasonLocalBusy    Reason = "local-busy"         // no local replica free; a peer has a shorter queue (skylb)
@@ -81,6 +83,9 @@ type Decision struct {
 	HasFallback      bool
 	FallbackPeer     int
 	FallbackEstimate time.Duration
+	// Refusal, for a Reject, is why, when the client must hear something
+	// other than that no region may serve it (Homing's errors).
+	Refusal *apierr.Error
 }
 
 // View is the world as one region's balancer sees it when routing one
@@ -173,6 +178,26 @@ type Replica struct {
 	// other adapters in flight, so the request could not start there
 	// now. Both false for a base-model request.
 	AdapterResident, AdapterBlocked bool
+	// Session: the request's session (request.Affinity: prompt_cache_key,
+	// the session header) was last served here, and SessionPrefix is the
+	// longest prefix any replica of the region is believed to hold for
+	// the request: what the session sent here is most likely still here
+	// (the index may have lost it: another proxy served it, or this one
+	// restarted). The choice credits the replica with it (Prefix) and
+	// breaks ties for it — a soft affinity, lost when the replica is out
+	// of the load margin or has no room. PrefixBlocks stays the index's
+	// word.
+	Session       bool
+	SessionPrefix int
+}
+
+// Prefix is the prefix the choice credits the replica with: what the
+// index says, or for the session's replica what the session sent.
+func (r *Replica) Prefix() int {
+	if r.Session {
+		return max(r.PrefixBlocks, r.SessionPrefix)
+	}
+	return r.PrefixBlocks
 }
 
 // FreeCacheTokens is how many more tokens the replica is believed to cache

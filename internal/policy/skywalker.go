@@ -208,8 +208,11 @@ func dispatchIfRoom(local *LocalRegion, replica int, estimate time.Duration) Dec
 		return Decision{Action: Hold, Region: local.Name, Reason: ReasonBusy, Estimate: estimate}
 	}
 	reason := ReasonLeastLoad
-	if local.Replicas[replica].PrefixBlocks > 0 {
+	switch r := &local.Replicas[replica]; {
+	case r.PrefixBlocks > 0:
 		reason = ReasonPrefix
+	case r.Session:
+		reason = ReasonSession
 	}
 	return Decision{Action: Dispatch, Replica: replica, Region: local.Name, Reason: reason, Estimate: estimate}
 }
@@ -280,7 +283,7 @@ func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time
 			continue
 		}
 		// Its own prefill, behind the prefill already queued there.
-		uncached := req.PromptTokens - req.CachedTokens(r.PrefixBlocks)
+		uncached := req.PromptTokens - req.CachedTokens(r.Prefix())
 		t := l.Prefill.Time(uncached) + time.Duration(r.PrefillTokens)*l.Prefill.PerToken
 		if !r.AdapterResident {
 			t += l.AdapterLoad // its LoRA adapter is loaded first (zero for the base model)
@@ -316,13 +319,16 @@ func EvictionCost(uncached, free int, hitShare float64, prefill PrefillProfile) 
 }
 
 // breaksTie reports whether r beats best, whose score it equals: the
-// lesser load wins, then the emptier cache, then — rendezvous hashing on
+// session's replica wins, then the lesser load, then the emptier cache, then — rendezvous hashing on
 // the request's first block — the replica with the higher hash. So
 // conversations nobody holds spread over the replicas even when they
 // arrive one at a time (each then finds every replica idle, and an index
 // order would send them all to the first, whose cache would hold them
 // all).
 func (s *Skywalker) breaksTie(req *request.Request, r, best *Replica) bool {
+	if r.Session != best.Session {
+		return r.Session
+	}
 	if r.Load() != best.Load() {
 		return r.Load() < best.Load()
 	}

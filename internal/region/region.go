@@ -132,6 +132,7 @@ type Region struct {
 	trust        map[string]*peerTrust
 	now          time.Time // the latest time a driver gave (peer trust is judged at it)
 	siblings     siblings  // dispatches shared with the region's other nodes (siblings.go)
+	sessions     sessions  // each session's last replica (sessions.go)
 }
 
 // New returns a region with no replicas that routes by pol and hands every
@@ -145,7 +146,7 @@ func New(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*Region, error)
 		return nil, errors.New("region: a policy and a delivery function are required")
 	}
 	cfg = cfg.withDefaults()
-	r := &Region{cfg: cfg, bal: balancer.New(pol, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
+	r := &Region{cfg: cfg, bal: balancer.New(policy.Homing{Policy: pol}, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
 		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
 		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]retried{}, tenantBias: map[flow]*ratioEWMA{},
 		trust: map[string]*peerTrust{}}
@@ -285,6 +286,9 @@ func (r *Region) View(req *request.Request) *policy.View {
 		}
 		v.Local.Replicas = append(v.Local.Replicas, pr)
 	}
+	if req.Affinity != "" {
+		r.creditSession(req.Affinity, v.Local.Replicas)
+	}
 	if again, ok := r.retries[req]; ok {
 		avoid(v.Local.Replicas, r.replicas, again.failedOn)
 	}
@@ -384,6 +388,9 @@ func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
 	sent := b.sent
 	if sent.IsZero() {
 		sent = r.now
+	}
+	if req.Affinity != "" {
+		r.sessions.put(req.Affinity, rp.name)
 	}
 	b.chain = r.cacheSent(rp, req.Blocks, req.BlockTokens, prefixBlocks, sent, "", 0)
 	b.shared = r.siblings.sent(rp, req.Blocks, req.BlockTokens, prefixBlocks, sent)

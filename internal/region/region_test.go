@@ -492,3 +492,32 @@ func TestTheSummaryCarriesWhatAForwardWouldEvict(t *testing.T) {
 		t.Errorf("free cache %d, want %d: one replica full, the other holding 4 blocks", l.FreeCacheTokens, 1280-4*128)
 	}
 }
+
+// TestASessionStaysOnItsReplicaWhileItMay: a request whose session
+// (prompt_cache_key, the session header) was served on a replica goes
+// back there though the index knows nothing of it — not while that
+// replica is out of service or far busier than the others.
+func TestASessionStaysOnItsReplicaWhileItMay(t *testing.T) {
+	r, got := newTestRegion(t, 3)
+	turn := func(id string, block uint64) *Attempt {
+		rq := req(id, block)
+		rq.Affinity = "thread-7"
+		r.Submit(t0, rq)
+		return (*got)[len(*got)-1]
+	}
+	first := turn("t1", 100)
+	home := first.Replica
+	r.end(first.Request, Served, time.Second)
+	r.index.Forget(home.target) // the index lost what the session sent (another proxy served it, a restart)
+	second := turn("t2", 200)
+	if second.Replica != home || second.Decision.Reason != policy.ReasonSession {
+		t.Fatalf("second turn on %s for %q, want the session's %s", second.Replica.Name(), second.Decision.Reason, home.Name())
+	}
+	r.end(second.Request, Served, time.Second)
+	for range 4 { // the session's replica far busier than the others
+		dispatched(r, home)
+	}
+	if busy := turn("t3", 300); busy.Replica == home {
+		t.Errorf("third turn followed the session to %s with %d in flight there: affinity must be soft", home.Name(), home.InFlight())
+	}
+}

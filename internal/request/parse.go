@@ -313,7 +313,7 @@ func (p *parser) topField(key []byte) error {
 	case "prompt_cache_key":
 		v, err := p.stringField("prompt_cache_key")
 		if v != "" {
-			p.req.Session, p.req.cacheKey = v, true
+			p.req.Session, p.req.Affinity, p.req.cacheKey = v, v, true
 		}
 		return err
 	case "store":

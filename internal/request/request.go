@@ -47,11 +47,15 @@ type Request struct {
 	BlockTokens int // tokens covered by one block
 
 	Residency string // jurisdiction the request must be served in, lower case; "" for anywhere
-	// Session is the client's session key — prompt_cache_key, else the
-	// session header, user or metadata.session_id — for session affinity
-	// and consistent hashing; may be empty.
+	// Session is the client's session or user key — prompt_cache_key,
+	// else user or metadata.session_id — for consistent hashing; may be
+	// empty.
 	Session  string
 	cacheKey bool // Session is the body's prompt_cache_key
+	// Affinity is the client's explicit session key for session affinity:
+	// the body's prompt_cache_key, else the session header
+	// (SetAffinityHeader). Empty: none.
+	Affinity string
 
 	// PreviousResponse is a Responses request's previous_response_id, as
 	// the client sent it (previousAt: its JSON string in the body); Home
@@ -91,6 +95,15 @@ type Request struct {
 	// the request is still this region's own: its route reason is the
 	// local rule's, and it counts in this region's demand.
 	ServeHere bool
+}
+
+// SetAffinityHeader takes the session header's value (x-session-id, or
+// the configured one) as the affinity key, unless the body gave a
+// prompt_cache_key.
+func (r *Request) SetAffinityHeader(value string) {
+	if value = strings.TrimSpace(value); value != "" && !r.cacheKey {
+		r.Affinity = value
+	}
 }
 
 // Home is where a Responses chain lives: the region and the replica (its

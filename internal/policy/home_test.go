@@ -1,0 +1,69 @@
+package policy
+
+import (
+	"testing"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/request"
+)
+
+// TestAChainGoesHomeOrNowhere: a request with a Home goes to that replica
+// or that region whatever the policy would choose; busy, it waits for
+// it; gone, it is refused with previous_response_not_found; a home its
+// residency forbids is a 403; a home region not heard from holds it.
+func TestAChainGoesHomeOrNowhere(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		home      request.Home
+		residency string
+		forwarded bool
+		change    func(*View)
+		action    Action
+		target    string // replica or region
+		code      apierr.Code
+	}{
+		{name: "at home", home: request.Home{Region: "us-east", Replica: "r2"}, action: Dispatch, target: "r2"},
+		{name: "at home, busy", home: request.Home{Region: "us-east", Replica: "r3"}, change: func(v *View) { v.Local.Replicas[3].InFlight = 8 }, action: Hold},
+		{name: "at home, out of service", home: request.Home{Region: "us-east", Replica: "r2"}, change: func(v *View) { v.Local.Replicas[2].Healthy = false },
+			action: Reject, code: apierr.PreviousResponseNotFound},
+		{name: "at home, no longer in the pool", home: request.Home{Region: "us-east", Replica: "r9"}, action: Reject, code: apierr.PreviousResponseNotFound},
+		{name: "at home, residency forbids it", home: request.Home{Region: "us-east", Replica: "r2"}, residency: "eu", action: Reject, code: apierr.Forbidden},
+		{name: "away", home: request.Home{Region: "ap-east", Replica: "x"}, action: Forward, target: "ap-east"}, // its WAN gate is closed: no other region may serve it
+		{name: "away, residency forbids it", home: request.Home{Region: "ap-east", Replica: "x"}, residency: "us", action: Reject, code: apierr.Forbidden},
+		{name: "away, not heard from", home: request.Home{Region: "sa-east", Replica: "x"}, action: Hold},
+		{name: "away, the region left", home: request.Home{Region: "eu-west", Replica: "x"}, change: func(v *View) { v.Peers[0].Healthy, v.Peers[0].Left = false, true },
+			action: Reject, code: apierr.Unavailable},
+		{name: "forwarded in for another region", home: request.Home{Region: "eu-west", Replica: "x"}, forwarded: true, action: Reject, code: apierr.PreviousResponseNotFound},
+	} {
+		v := exampleView()
+		shortQueue(v)
+		for i := range v.Local.Replicas {
+			v.Local.Replicas[i].InFlight, v.Local.Replicas[i].Running = 0, 0
+		}
+		if tc.change != nil {
+			tc.change(v)
+		}
+		req := exampleRequest()
+		req.Home, req.Residency, req.Forwarded, req.PreviousResponse = tc.home, tc.residency, tc.forwarded, "resp_x"
+		d := Homing{Policy: NewSkywalker(DefaultSkywalkerConfig())}.Route(req, v)
+		target := d.Region
+		if d.Action == Dispatch {
+			target = v.Local.Replicas[d.Replica].Name
+		}
+		switch {
+		case d.Action != tc.action:
+			t.Errorf("%s: %v (%s), want %v", tc.name, d.Action, d.Reason, tc.action)
+		case tc.target != "" && target != tc.target:
+			t.Errorf("%s: to %s, want %s", tc.name, target, tc.target)
+		case tc.code != "" && (d.Refusal == nil || d.Refusal.Code != tc.code || d.Refusal.Param != "previous_response_id"):
+			t.Errorf("%s: refused with %+v, want %s on previous_response_id", tc.name, d.Refusal, tc.code)
+		case d.Reason != ReasonHome:
+			t.Errorf("%s: reason %q, want %q", tc.name, d.Reason, ReasonHome)
+		}
+	}
+	// Without a home, the policy decides.
+	v := exampleView()
+	if d := (Homing{Policy: NewSkywalker(DefaultSkywalkerConfig())}).Route(exampleRequest(), v); d.Reason == ReasonHome {
+		t.Errorf("a request without a home was routed home: %+v", d)
+	}
+}
