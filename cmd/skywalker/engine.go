@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -62,6 +63,13 @@ step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `)
 			default:
 				return fmt.Errorf("--kv-events-shape must be map or array, not %q", kvShape)
 			}
+			if v := os.Getenv("VLLM_ENABLE_RESPONSES_API_STORE"); v != "" {
+				on, err := strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("VLLM_ENABLE_RESPONSES_API_STORE=%q: want 1 or 0", v)
+				}
+				scfg.ResponsesStore = scfg.ResponsesStore || on
+			}
 			for i, m := range scfg.LoRAModules {
 				scfg.LoRAModules[i], _, _ = strings.Cut(m, "=") // name=path: the name is what is served
 			}
@@ -96,6 +104,7 @@ step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `)
 	f.StringSliceVar(&scfg.LoRAModules, "lora-modules", nil, "LoRA adapters served over the model, name or name=path, comma-separated or repeated (as vLLM's --lora-modules; the path is not read)")
 	f.IntVar(&ecfg.MaxLoRAs, "max-loras", 0, "LoRA adapters held at once (vLLM's --max-loras; default 1 with --lora-modules)")
 	f.DurationVar(&ecfg.LoRALoad, "lora-load-time", 100*time.Millisecond, "time to load an adapter into a slot (model time)")
+	f.BoolVar(&scfg.ResponsesStore, "responses-store", false, "keep responses in memory for previous_response_id, GET and cancel (as vLLM with VLLM_ENABLE_RESPONSES_API_STORE=1, which also turns it on)")
 	f.StringVar(&kvConfig, "kv-events-config", "", `publish KV-cache events as vLLM does, its JSON: '{"enable_kv_cache_events":true,"publisher":"zmq","endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5558","topic":"kv"}'`)
 	f.StringVar(&kvShape, "kv-events-shape", "map", "KV-event batches as maps tagged by type (vLLM since mid-2026) or as arrays (earlier vLLM, SGLang): map or array")
 	f.IntVar(&scfg.Faults.KVDropEvery, "fault-kv-drop-every", 0, "lose every Nth KV-event batch on the way, still replayable (testing; 0 = never)")

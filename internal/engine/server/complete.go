@@ -21,64 +21,97 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.K
 		apierr.Write(w, err)
 		return
 	}
-	adapter := ""
-	if req.Model != "" && req.Model != s.cfg.Model {
-		if !slices.Contains(s.cfg.LoRAModules, req.Model) {
-			apierr.Write(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model",
-				Message: fmt.Sprintf("the model %q does not exist; this server serves %q", req.Model, strings.Join(append([]string{s.cfg.Model}, s.cfg.LoRAModules...), ", "))})
-			return
-		}
-		adapter = req.Model
-		req.SetPool(s.cfg.Model, adapter) // its prefix cache is the adapter's own
+	served, ok := s.model(w, req)
+	if !ok {
+		return
 	}
+	stallAt, ok := s.faults(w, r)
+	if !ok {
+		return
+	}
+	a, err := s.start(req, req.Blocks, req.PromptTokens)
+	if err != nil {
+		apierr.Write(w, apierr.Invalid("messages", "%v", err))
+		return
+	}
+	out := newOutput(kind, a.id, served, s.clock.start.Unix(), s.cfg.Seed)
+	if req.Stream {
+		s.streamResponse(w, r, a.st, out, req.IncludeUsage, a.finish, stallAt)
+	} else {
+		s.wholeResponse(w, r, a.st, out, a.finish, stallAt)
+	}
+}
+
+// model checks the request's model against what the server serves and
+// returns the name it answers as (the model, or the LoRA adapter the
+// request names, whose prefix cache is its own); false when it wrote a
+// 404.
+func (s *Server) model(w http.ResponseWriter, req *request.Request) (string, bool) {
+	if req.Model == "" || req.Model == s.cfg.Model {
+		return s.cfg.Model, true
+	}
+	if !slices.Contains(s.cfg.LoRAModules, req.Model) {
+		apierr.Write(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model",
+			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", req.Model, strings.Join(append([]string{s.cfg.Model}, s.cfg.LoRAModules...), ", "))})
+		return "", false
+	}
+	req.SetPool(s.cfg.Model, req.Model)
+	return req.Model, true
+}
+
+// faults applies the injected faults to an accepted request: it returns
+// the token a stream stalls at (-1: none), or false when the fault
+// answered it (an error, a hang until the client leaves, the process
+// exiting).
+func (s *Server) faults(w http.ResponseWriter, r *http.Request) (int, bool) {
 	if f := s.cfg.Faults; f.ExitAfter > 0 && s.accepted.Load() >= int64(f.ExitAfter) {
 		s.log.Warn("fault injection: exiting", "after_requests", f.ExitAfter)
 		s.cfg.Exit(3)
-		return
+		return 0, false
 	}
 	s.accepted.Add(1)
 	if s.chance(s.cfg.Faults.ErrorRate) {
 		apierr.Write(w, apierr.New(apierr.Internal, "injected fault: internal server error"))
-		return
+		return 0, false
 	}
 	if s.chance(s.cfg.Faults.HangRate) {
 		<-r.Context().Done()
-		return
+		return 0, false
 	}
-	stallAt := -1
 	if s.chance(s.cfg.Faults.StallRate) {
-		stallAt = max(s.cfg.Faults.StallAfter, 0)
+		return max(s.cfg.Faults.StallAfter, 0), true
 	}
+	return -1, true
+}
 
+// admitted is a sequence the engine took.
+type admitted struct {
+	id     uint64
+	st     *stream
+	finish string // the finish reason when it ends: length at max_tokens, stop at the default
+}
+
+// start adds req's sequence — its prompt as units (prefix blocks) and
+// tokens — to the engine.
+func (s *Server) start(req *request.Request, units []uint64, promptTokens int) (admitted, error) {
 	maxTokens, finish := req.MaxTokens, "length"
 	if maxTokens == 0 {
 		maxTokens, finish = s.cfg.DefaultMaxTokens, "stop"
 	}
 	id := s.nextID.Add(1)
 	st := &stream{notify: make(chan struct{}, 1)}
-	st.seq = &engine.Sequence{ID: strconv.FormatUint(id, 10), PromptTokens: max(req.PromptTokens, 1), MaxTokens: maxTokens,
-		Units: req.Blocks, UnitTokens: req.BlockTokens, Adapter: adapter, Data: st}
+	st.seq = &engine.Sequence{ID: strconv.FormatUint(id, 10), PromptTokens: max(promptTokens, 1), MaxTokens: maxTokens,
+		Units: units, UnitTokens: req.BlockTokens, Adapter: req.Adapter, Data: st}
 	s.mu.Lock()
 	st.seq.Arrival = s.clock.model(time.Now())
-	err = s.eng.Add(st.seq)
+	err := s.eng.Add(st.seq)
 	s.mu.Unlock()
 	if err != nil {
-		apierr.Write(w, apierr.Invalid("messages", "%v", err))
-		return
+		return admitted{}, err
 	}
-	s.metrics.requestAdded(req.PromptTokens)
+	s.metrics.requestAdded(promptTokens)
 	s.poke()
-
-	served := s.cfg.Model
-	if adapter != "" {
-		served = adapter
-	}
-	out := newOutput(kind, id, served, s.clock.start.Unix(), s.cfg.Seed)
-	if req.Stream {
-		s.streamResponse(w, r, st, out, req.IncludeUsage, finish, stallAt)
-	} else {
-		s.wholeResponse(w, r, st, out, finish, stallAt)
-	}
+	return admitted{id: id, st: st, finish: finish}, nil
 }
 
 // awaitProgress blocks until the engine reports progress on st, or the

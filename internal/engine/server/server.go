@@ -55,6 +55,10 @@ type Config struct {
 	// --kv-events-config), in KVEventsShape.
 	KVEvents      KVEventsConfig
 	KVEventsShape kvevents.Shape
+	// ResponsesStore keeps responses in this process's memory for
+	// previous_response_id, GET and cancel (vLLM's
+	// VLLM_ENABLE_RESPONSES_API_STORE); off, store=true is ignored.
+	ResponsesStore bool
 }
 
 // Faults inject failures for tests. All are off at their zero values.
@@ -90,6 +94,7 @@ type Server struct {
 	close     context.CancelFunc
 	kv        *kvzmq.Publisher // nil without KV events
 	kvBatches int              // batches published, for the faults (engine loop only)
+	responses responseStore    // responses.go
 }
 
 // New returns a server; call Run to start its engine loop.
@@ -146,6 +151,9 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Chat) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Completion) })
+	mux.HandleFunc("POST /v1/responses", s.respond)
+	mux.HandleFunc("GET /v1/responses/{id}", s.retrieve)
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.cancelResponse)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
 	mux.HandleFunc("GET /kv_event_sources", s.kvEventSources)
