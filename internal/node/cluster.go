@@ -108,6 +108,9 @@ type Cluster struct {
 	Links    *mesh.Links
 	Regions  []*ClusterRegion
 	tlsDir   string // the cluster's throwaway CA and certificate
+	meshTune func(*mesh.Config)
+	logger   *slog.Logger
+	restarts int
 }
 
 // ClusterRegion is one region of a cluster.
@@ -188,13 +191,14 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		if o.Proxy != nil {
 			o.Proxy(&cfg)
 		}
-		n, err := Start(ctx, Options{Proxy: cfg, Logger: o.Logger, Listener: l, Links: c.Links, Mesh: func(mc *mesh.Config) {
+		c.logger, c.meshTune = o.Logger, func(mc *mesh.Config) {
 			mc.Control.ProbeInterval, mc.Control.ReopenSamples = 100*time.Millisecond, 3
 			mc.Control.LoadInterval, mc.Control.DigestInterval = 100*time.Millisecond, 300*time.Millisecond
 			if o.Mesh != nil {
 				o.Mesh(mc)
 			}
-		}})
+		}
+		n, err := Start(ctx, Options{Proxy: cfg, Logger: o.Logger, Listener: l, Links: c.Links, Mesh: c.meshTune})
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -208,6 +212,43 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		}
 	}
 	return c, nil
+}
+
+// RestartProxy kills region name's proxy, as a crash would, and starts
+// another in its place, as Kubernetes replaces a pod: the same
+// configuration and client address (its engines untouched), a node name
+// and gossip port of its own, joining the mesh through another region.
+func (c *Cluster) RestartProxy(ctx context.Context, name string) error {
+	reg := c.Region(name)
+	if reg == nil {
+		return fmt.Errorf("cluster: no region %q", name)
+	}
+	cfg := reg.Config()
+	c.restarts++
+	cfg.NodeID = fmt.Sprintf("%s-proxy-%d", name, c.restarts)
+	cfg.GossipBind, cfg.GossipAdvertise, cfg.AdvertiseURL = "127.0.0.1:0", "", ""
+	reg.Kill()
+	var n *Node
+	var err error
+	for range 50 { // the old process's listeners are closing
+		var l net.Listener
+		if l, err = net.Listen("tcp", cfg.Listen); err == nil {
+			if n, err = Start(ctx, Options{Proxy: cfg, Logger: c.logger, Listener: l, Links: c.Links, Mesh: c.meshTune}); err == nil {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return fmt.Errorf("cluster: restart %s's proxy: %w", name, err)
+	}
+	reg.Node = n
+	for _, other := range c.Regions {
+		if other != reg && other.Node != nil {
+			return n.Join(other.Mesh.Addr())
+		}
+	}
+	return nil
 }
 
 // Region returns the region named name, or nil.

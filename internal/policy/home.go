@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"time"
 
 	"skywalker/internal/apierr"
 	"skywalker/internal/request"
@@ -52,9 +53,14 @@ func (h Homing) Route(req *request.Request, v *View) Decision {
 		}
 		return refuse(v, home.Region, gone(req, fmt.Sprintf("the replica that held it (%s) is no longer in %s's pool", home.Replica, home.Region)))
 	}
-	if req.StaysHere() {
+	switch {
+	case req.Forwarded:
 		// Forwarded here for a home elsewhere: a peer decoded it otherwise.
 		return refuse(v, v.Local.Name, gone(req, fmt.Sprintf("it lives in region %s, not in %s where it was forwarded", home.Region, v.Local.Name)))
+	case req.ServeHere:
+		// Its forward home failed: no other region can serve it.
+		return refuse(v, home.Region, &apierr.Error{Code: apierr.Unavailable, Param: "previous_response_id", RetryAfter: time.Second,
+			Message: fmt.Sprintf("the region that holds the previous response (%s) did not answer; retry", home.Region)})
 	}
 	for i := range v.Peers {
 		p := &v.Peers[i]

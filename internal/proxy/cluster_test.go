@@ -22,6 +22,9 @@ type clusterOpts struct {
 	maxWait     time.Duration
 	timeScale   float64
 	objective   time.Duration // TTFT objective of every class; 0 keeps the default
+	// responses turns the engines' Responses store on (vLLM's
+	// VLLM_ENABLE_RESPONSES_API_STORE).
+	responses bool
 }
 
 // startCluster runs three regions (us-east, eu-west, ap-east) on loopback:
@@ -33,7 +36,9 @@ func startCluster(t *testing.T, o clusterOpts) *node.Cluster {
 	if o.timeScale == 0 {
 		o.timeScale = 20
 	}
-	return nodetest.Start(t, nodetest.Options{EnginesPerRegion: o.engines, Engine: nodetest.EngineConfig(o.timeScale),
+	engine := nodetest.EngineConfig(o.timeScale)
+	engine.ResponsesStore = o.responses
+	return nodetest.Start(t, nodetest.Options{EnginesPerRegion: o.engines, Engine: engine,
 		Proxy: func(cfg *proxy.Config) {
 			if o.policy != "" {
 				cfg.Policy = o.policy

@@ -168,6 +168,7 @@ type Config struct {
 	TTFTObjectiveCritical  time.Duration `yaml:"ttft_objective_critical"`  // SKYWALKER_TTFT_SLO_CRITICAL; default the standard objective
 	TTFTObjectiveSheddable time.Duration `yaml:"ttft_objective_sheddable"` // SKYWALKER_TTFT_SLO_SHEDDABLE; default the standard objective
 	TenantHeader           string        `yaml:"tenant_header"`            // SKYWALKER_TENANT_HEADER; default x-gateway-inference-fairness-id
+	SessionHeader          string        `yaml:"session_header"`           // SKYWALKER_SESSION_HEADER; default x-session-id
 	FairQueuing            bool          `yaml:"fair_queuing"`             // SKYWALKER_FAIR_QUEUING; default true
 	TenantMaxHeld          int           `yaml:"tenant_max_held"`          // SKYWALKER_TENANT_MAX_HELD; default 0 (no limit)
 
@@ -257,7 +258,7 @@ func DefaultConfig() Config {
 		ResponseBuffer: 4 << 20, ResponseBufferBudget: 128 << 20, WriteTimeout: 60 * time.Second,
 		ScrapeInterval: cp.ScrapeInterval, ResolveInterval: 10 * time.Second, EjectAfter: region.DefaultEjectAfter,
 		DrainTimeout: 30 * time.Second, IdleTimeout: httpserve.DefaultIdleTimeout, TTFTObjective: DefaultTTFTObjective, FairQueuing: true, LoRALoad: region.DefaultAdapterLoad,
-		PriorityClassMax: request.Standard.String(), ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
+		PriorityClassMax: request.Standard.String(), SessionHeader: "x-session-id", ReplicaCacheTokens: region.DefaultReplicaTokens, BytesPerToken: request.BytesPerToken}
 }
 
 // DefaultTTFTObjective is the TTFT objective of every class unless

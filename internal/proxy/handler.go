@@ -106,7 +106,18 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			return
 		}
 		req.SetPool(base, adapter)
-		s.serve(w, r, kind, req, body)
+		if h := s.cfg.SessionHeader; h != "" {
+			req.SetAffinityHeader(r.Header.Get(h))
+		}
+		var homeBody []byte
+		if req.PreviousResponse != "" {
+			var refused *apierr.Error
+			if homeBody, refused = s.goHome(req, body); refused != nil {
+				s.reject(w, refused, "bad_request")
+				return
+			}
+		}
+		s.serve(w, r, kind, req, body, homeBody)
 	}
 }
 
@@ -218,11 +229,12 @@ func (p *sizedPool) put(b *[]byte) {
 }
 
 // serve relays one parsed request through the ReverseProxy and accounts
-// for how it ended.
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body []byte) {
+// for how it ended. homeBody, if any, is the body the request's home
+// replica is sent (a Responses chain's, with the engine's own id).
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body, homeBody []byte) {
 	ctx, abandon := context.WithCancelCause(r.Context())
 	defer abandon(nil)
-	x := &exchange{s: s, kind: kind, req: req, body: body, ctx: ctx, abandon: abandon}
+	x := &exchange{s: s, kind: kind, req: req, body: body, homeBody: homeBody, ctx: ctx, abandon: abandon}
 	dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
 	defer func() {
 		dw.done()

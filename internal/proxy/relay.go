@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +37,9 @@ type exchange struct {
 	kind request.Kind
 	req  *request.Request
 	body []byte
+	// homeBody is body as a Responses chain's home replica is sent it
+	// (the engine's id for previous_response_id); nil otherwise.
+	homeBody []byte
 	// ctx is the client's request's context, ended also when the proxy
 	// gives up on the client (abandon): every attempt's context derives
 	// from it.
@@ -200,6 +204,9 @@ func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error)
 	if err != nil {
 		return nil, err
 	}
+	if x.kind == request.Responses && x.target.replica != nil {
+		resp = x.fromReplica(resp, x.target.replica.name())
+	}
 	x.watch(resp)
 	return resp, nil
 }
@@ -230,11 +237,20 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		if o.replica != nil {
 			answered = x.s.router.awaitingFirstByte(o.Replica, cancel)
 		}
-		resp, sendErr := x.send(actx, o, body)
+		sent := body
+		if o.replica != nil && x.homeBody != nil {
+			sent = x.homeBody
+		}
+		resp, sendErr := x.send(actx, o, sent)
 		if sendErr == nil && acceptable(o, resp) {
 			// Nothing reaches the client before the upstream's first body
-			// byte: until then a failure is retried elsewhere.
-			sendErr = awaitFirstByte(resp)
+			// byte (a Responses stream's first token): until then a failure
+			// is retried elsewhere.
+			if x.kind == request.Responses && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+				sendErr = awaitFirstToken(resp)
+			} else {
+				sendErr = awaitFirstByte(resp)
+			}
 			answered()
 			timer.stop()
 			if sendErr == nil && actx.Err() == nil {

@@ -20,6 +20,7 @@ import (
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
+	"skywalker/internal/responses"
 )
 
 // Options are the proxy's collaborators, set by the command or a test.
@@ -47,12 +48,15 @@ type Server struct {
 	upstream http.RoundTripper
 	loops    *poolLoops
 	markers  *markers
-	noisy    *lograte.Limiter // lines that can come once per request, per kind
-	demand   *demand
-	metrics  *metrics
-	handler  http.Handler
-	draining atomic.Bool
-	bodies   *bodyLedger // bytes received in request bodies held now
+	// responseIDs writes a Responses chain's home into the ids clients
+	// see, and reads it back (responses.go).
+	responseIDs responses.Codec
+	noisy       *lograte.Limiter // lines that can come once per request, per kind
+	demand      *demand
+	metrics     *metrics
+	handler     http.Handler
+	draining    atomic.Bool
+	bodies      *bodyLedger // bytes received in request bodies held now
 	// readAheadHeld is the bytes responses hold read ahead of their
 	// clients (see readAhead).
 	readAheadHeld atomic.Int64
@@ -86,6 +90,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gossip key: %w", err)
 	}
+	responseIDs, err := newResponseIDs(cfg.GossipKeys)
+	if err != nil {
+		return nil, fmt.Errorf("gossip key: %w", err)
+	}
 	transport := opts.Transport
 	if transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
@@ -99,7 +107,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 		}
 		transport = t
 	}
-	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, bodies: newBodyLedger(cfg.BodyBudget, cfg.ClientBodyBudget), noisy: lograte.New(NoisyLogEvery, time.Now),
+	s := &Server{cfg: cfg, opts: opts, log: opts.Logger.With("component", "proxy", "region", cfg.Region), markers: markers, responseIDs: responseIDs, bodies: newBodyLedger(cfg.BodyBudget, cfg.ClientBodyBudget), noisy: lograte.New(NoisyLogEvery, time.Now),
 		demand: newDemand(cfg.Region), upstream: transport, started: time.Now()}
 	s.router, err = NewRouter(cfg, RouterOptions{Policy: pol, Peers: opts.Peers, Observe: s.observe,
 		PolicyFor: func(model string) (policy.Policy, error) { return policy.New(cfg.Policy, cfg.PolicyConfigFor(model)) },
@@ -200,6 +208,9 @@ func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.completion(request.Chat))
 	mux.HandleFunc("POST /v1/completions", s.completion(request.Completion))
+	mux.HandleFunc("POST /v1/responses", s.completion(request.Responses))
+	mux.HandleFunc("GET /v1/responses/{id}", s.responseOp(false))
+	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.responseOp(true))
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
 	mux.HandleFunc("GET /ready", s.ready)

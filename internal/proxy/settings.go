@@ -133,6 +133,8 @@ var settings = describe([]Setting{
 	{Field: "PriorityMax", Env: "SKYWALKER_PRIORITY_MAX", Help: "highest vLLM body priority clients may send; 0 and 0: clients may not reorder the engines' queues", check: priorityRange},
 	{Field: "TenantHeader", Env: "SKYWALKER_TENANT_HEADER", Help: "a header that names the request's tenant for fair queuing, trusted: set it only behind a gateway that sets it (x-gateway-inference-fairness-id behind the Inference Gateway). Without it, or when a request lacks it, the tenant is a hash of the API key, else of the client's address",
 		Derived: "none: the API key, else the client's address", check: is(headerName)},
+	{Field: "SessionHeader", Env: "SKYWALKER_SESSION_HEADER", Help: "the header that names a client's session (as vLLM's x-session-id), passed on to the engine: the session's requests go back to the replica that served it last while it is in service and not far busier than the others (a body's prompt_cache_key does the same and wins)",
+		check: is(headerName)},
 	{Field: "FairQueuing", Env: "SKYWALKER_FAIR_QUEUING", Help: "serve held requests fairly across tenants (else first come, first served)"},
 	{Field: "TenantMaxHeld", Env: "SKYWALKER_TENANT_MAX_HELD", Help: "requests one tenant may have held at once; 0: no limit", check: is(nonNegative[int])},
 	{Field: "MaxQueue", Env: "SKYWALKER_MAX_QUEUE", Help: "requests held at once; past it 429", check: is(positive[int])},

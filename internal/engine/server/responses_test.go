@@ -2,7 +2,7 @@ package server
 
 import (
 	"bufio"
-		"bytes"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"

@@ -1,0 +1,321 @@
+package proxy
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"skywalker/internal/apierr"
+	"skywalker/internal/mesh"
+	"skywalker/internal/region"
+	"skywalker/internal/request"
+	"skywalker/internal/responses"
+)
+
+// The Responses API through the proxy (see internal/responses for the
+// ids). POST /v1/responses goes through the relay like a chat request;
+// one with previous_response_id goes home (policy.Homing) with the
+// engine's own id written back into its body. Every response id an
+// engine answers with is rewritten into one that names its home. GET
+// /v1/responses/{id} and POST /v1/responses/{id}/cancel go straight to
+// the home replica, or to a proxy of the home region.
+
+// newResponseIDs is the codec of the mesh's response ids: keyed by the
+// gossip keys (none: unsigned, one region).
+func newResponseIDs(gossipKeys []string) (responses.Codec, error) {
+	var keys [][]byte
+	for _, k := range gossipKeys {
+		raw, err := mesh.ParseKey(k)
+		if err != nil {
+			return responses.Codec{}, err
+		}
+		sum := sha256.Sum256(append([]byte("skywalker-responses-v1\x00"), raw...))
+		keys = append(keys, sum[:])
+	}
+	return responses.NewCodec(keys), nil
+}
+
+// chainTenant is the tenant a response is bound to: the request's, when
+// it is an authenticated one (the tenant header, an API key's hash); a
+// tenant derived from the client's address binds nothing, since one
+// client enters different regions from different addresses.
+func chainTenant(req *request.Request) string {
+	if strings.HasPrefix(req.Tenant, "addr-") {
+		return ""
+	}
+	return req.Tenant
+}
+
+// decodeResponse reads a response id a client sent (as param) for
+// tenant: its home and the engine's id there. A foreign, malformed,
+// forged or another tenant's id is not found (code: the error's).
+func (s *Server) decodeResponse(id, tenant, param string, code apierr.Code) (responses.Ref, *apierr.Error) {
+	ref, err := s.responseIDs.Decode(id)
+	switch {
+	case errors.Is(err, responses.ErrNotOurs):
+		return ref, &apierr.Error{Code: code, Param: param, Message: fmt.Sprintf("response %q was not issued through this SkyWalker mesh (its ids begin with %s)", id, responses.Prefix)}
+	case err != nil, !ref.OwnedBy(tenant):
+		return ref, &apierr.Error{Code: code, Param: param, Message: fmt.Sprintf("response %q not found", id)}
+	}
+	return ref, nil
+}
+
+// goHome sends a Responses request with previous_response_id home: it
+// records where, and the body its home replica is sent (the engine's id
+// in place of the client's).
+func (s *Server) goHome(req *request.Request, body []byte) ([]byte, *apierr.Error) {
+	ref, e := s.decodeResponse(req.PreviousResponse, chainTenant(req), "previous_response_id", apierr.PreviousResponseNotFound)
+	if e != nil {
+		return nil, e
+	}
+	req.Home = ref.Home
+	if ref.Home.Region != s.cfg.Region {
+		return nil, nil // a peer region's proxy rewrites it
+	}
+	return req.RewritePrevious(append([]byte(nil), body...), ref.EngineID), nil
+}
+
+// engineIDs maps the response ids a replica of this region answers with
+// (the engine's) to the mesh's, naming replica as their home.
+func (s *Server) engineIDs(replica string, req *request.Request) func(string) string {
+	home, tenant := request.Home{Region: s.cfg.Region, Replica: replica}, chainTenant(req)
+	return func(id string) string {
+		if strings.HasPrefix(id, responses.Prefix) {
+			return id
+		}
+		return s.responseIDs.Encode(home, tenant, id)
+	}
+}
+
+// fromReplica prepares a replica's answer to a Responses request for the
+// client: its ids rewritten; a 404 for a previous_response_id (the
+// engine no longer holds it: it restarted) made the error a client can
+// act on.
+func (x *exchange) fromReplica(resp *http.Response, replica string) *http.Response {
+	if x.req.PreviousResponse != "" && resp.StatusCode == http.StatusNotFound {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		resp.Body.Close()
+		e := &apierr.Error{Code: apierr.PreviousResponseNotFound, Param: "previous_response_id",
+			Message: fmt.Sprintf("previous response %q is no longer available: the engine that held it (%s in %s) no longer has it (it restarted, or keeps no responses: VLLM_ENABLE_RESPONSES_API_STORE); start a new chain with the whole conversation as input",
+				x.req.PreviousResponse, replica, x.s.cfg.Region)}
+		return errorResponse(resp, e)
+	}
+	resp.Body = responses.NewRewriter(resp.Body, x.s.engineIDs(replica, x.req))
+	resp.ContentLength = -1
+	resp.Header.Del("Content-Length")
+	return resp
+}
+
+// errorResponse is e as the response to resp's request.
+func errorResponse(resp *http.Response, e *apierr.Error) *http.Response {
+	body := e.JSON()
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	return &http.Response{StatusCode: e.Status(), Status: http.StatusText(e.Status()), Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
+		Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: resp.Request}
+}
+
+// responseEvents are the Responses stream events that come with or after
+// the first token: the first of them is the stream's first token (vLLM
+// sends response.created and in_progress at once, before it).
+var responseEvents = [][]byte{[]byte("response.output_text.delta"), []byte("response.output_item.done"), []byte("response.completed"),
+	[]byte("response.incomplete"), []byte("response.failed"), []byte(`"error"`)}
+
+// maxOpening bounds what is read ahead of a Responses stream's first
+// token.
+const maxOpening = 64 << 10
+
+// awaitFirstToken is awaitFirstByte for a Responses stream: it reads
+// until the first token's event, so that an engine that fails during
+// prefill has still sent the client nothing (the request can go
+// elsewhere) and the first token is timed when it comes.
+func awaitFirstToken(resp *http.Response) error {
+	var head []byte
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		head = append(head, buf[:n]...)
+		if err == io.EOF || len(head) >= maxOpening || containsAny(head, responseEvents) {
+			resp.Body = &prefixedBody{head: head, ReadCloser: resp.Body, eof: err == io.EOF}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("upstream failed before its first token: %w", err)
+		}
+	}
+}
+
+func containsAny(b []byte, subs [][]byte) bool {
+	for _, s := range subs {
+		if bytes.Contains(b, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// responseOp serves GET /v1/responses/{id} and POST
+// /v1/responses/{id}/cancel: at the home replica, or through a proxy of
+// the home region (signed, as a forward is, so the tenant travels with
+// it).
+func (s *Server) responseOp(cancel bool) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		path := "/v1/responses/" + id
+		if cancel {
+			path += "/cancel"
+		}
+		if !cancel {
+			streamFromBody(r)
+		}
+		signed := r.Method + " " + path + "?" + r.URL.RawQuery
+		req := &request.Request{}
+		if marker := r.Header.Get(ForwardHeader); marker != "" {
+			fwd, err := s.acceptForward(r, marker, []byte(signed), time.Now())
+			if err != nil {
+				s.refused(r, "forwarding marker refused", err)
+				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
+				return
+			}
+			req.Tenant, req.Forwarded = fwd.Tenant, true
+		} else if err := s.applyHeaders(req, r); err != nil {
+			s.reject(w, err, "bad_request")
+			return
+		}
+		ref, e := s.decodeResponse(id, chainTenant(req), "response_id", apierr.ResponseNotFound)
+		if e != nil {
+			s.reject(w, e, "not_found")
+			return
+		}
+		var up *http.Request
+		var mapID func(string) string
+		switch home := ref.Home; {
+		case home.Region == s.cfg.Region:
+			rp, healthy := s.router.replicaNamed(home.Replica)
+			if rp == nil || !healthy {
+				s.reject(w, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
+					Message: fmt.Sprintf("response %q is no longer available: the replica that held it (%s) is out of service", id, home.Replica)}, "not_found")
+				return
+			}
+			enginePath := "/v1/responses/" + ref.EngineID
+			if cancel {
+				enginePath += "/cancel"
+			}
+			up = r.Clone(r.Context())
+			up.URL.Scheme, up.URL.Host, up.URL.Path, up.Host, up.RequestURI = rp.url.Scheme, rp.url.Host, enginePath, "", ""
+			up.Header.Del(ForwardHeader)
+			mapID = s.engineIDs(home.Replica, req)
+		case req.Forwarded:
+			s.reject(w, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id", Message: fmt.Sprintf("response %q does not live in %s", id, s.cfg.Region)}, "not_found")
+			return
+		default:
+			addr, ok := s.router.peerAddr(home.Region)
+			if !ok {
+				s.reject(w, &apierr.Error{Code: apierr.Unavailable, RetryAfter: time.Second,
+					Message: fmt.Sprintf("the region that holds response %q (%s) is not reachable now", id, home.Region)}, "unavailable")
+				return
+			}
+			base, err := parseBase(addr)
+			if err != nil {
+				s.reject(w, apierr.New(apierr.Internal, "peer address %q: %v", addr, err), "unavailable")
+				return
+			}
+			up = r.Clone(r.Context())
+			up.URL.Scheme, up.URL.Host, up.Host, up.RequestURI = base.Scheme, base.Host, "", ""
+			up.Header.Set(ForwardHeader, s.markers.sign(forward{Origin: s.cfg.Region, Dest: home.Region, DestProxy: addr,
+				ID: s.cfg.NodeID + "-op-" + fmt.Sprint(s.ids.Add(1)), Tenant: req.Tenant}, []byte(signed), time.Now()))
+			if !s.cfg.ForwardAuthorization {
+				for _, h := range CredentialHeaders {
+					up.Header.Del(h)
+				}
+			}
+		}
+		up.Body, up.ContentLength = http.NoBody, 0
+		resp, err := s.upstream.RoundTrip(up)
+		if err != nil {
+			s.reject(w, &apierr.Error{Code: apierr.Upstream, Message: fmt.Sprintf("response %q: its home did not answer: %v", id, err)}, "failed")
+			return
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode == http.StatusNotFound && mapID != nil {
+			s.reject(w, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
+				Message: fmt.Sprintf("response %q is no longer available: the engine that held it no longer has it", id)}, "not_found")
+			return
+		}
+		var body io.Reader = resp.Body
+		if mapID != nil {
+			body = responses.NewRewriter(resp.Body, mapID)
+		}
+		for _, h := range []string{"Content-Type", "Cache-Control"} {
+			if v := resp.Header.Get(h); v != "" {
+				w.Header().Set(h, v)
+			}
+		}
+		w.WriteHeader(resp.StatusCode)
+		rc := http.NewResponseController(w)
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := body.Read(buf)
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					return
+				}
+				_ = rc.Flush()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// streamFromBody moves a GET's {"stream": true} body (how the OpenAI
+// SDKs ask GET /v1/responses/{id} to stream) to the stream query
+// parameter, where vLLM reads it.
+func streamFromBody(r *http.Request) {
+	if r.Body == nil || r.URL.Query().Has("stream") {
+		return
+	}
+	b, _ := io.ReadAll(io.LimitReader(r.Body, 4096))
+	var body struct {
+		Stream bool `json:"stream"`
+	}
+	if json.Unmarshal(b, &body) == nil && body.Stream {
+		q := r.URL.Query()
+		q.Set("stream", "true")
+		r.URL.RawQuery = q.Encode()
+	}
+}
+
+// replicaNamed is the replica named name (host:port) and whether it is
+// in service in some pool.
+func (r *Router) replicaNamed(name string) (*replica, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rp := range r.replicas {
+		if rp.host == name {
+			healthy := false
+			r.core.ForReplica(name, func(_ *region.Region, h *region.Replica) { healthy = healthy || h.Healthy() })
+			return rp, healthy
+		}
+	}
+	return nil, false
+}
+
+// peerAddr is the address of a proxy of region, from the mesh.
+func (r *Router) peerAddr(regionName string) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.core.Peers() {
+		if p.Region == regionName && p.Healthy && len(p.APIAddrs) > 0 {
+			return p.APIAddrs[0], true
+		}
+	}
+	return "", false
+}
