@@ -63,6 +63,12 @@ var optional = []struct {
 	{column{"adapter loads", func(r *results.Result) string { return fmt.Sprint(r.AdapterLoads) }}, func(r *results.Result) bool { return r.AdapterLoads > 0 }},
 	{column{"prefix precision", func(r *results.Result) string { return pct(r.PrefixPrecision) }}, func(r *results.Result) bool { return r.PrefixPrecision > 0 }},
 	{column{"prefix recall", func(r *results.Result) string { return pct(r.PrefixRecall) }}, func(r *results.Result) bool { return r.PrefixRecall > 0 }},
+	{column{"follow-ups moved", func(r *results.Result) string { return pct(r.FollowUpsMoved) }}, func(r *results.Result) bool { return r.FollowUpsMoved > 0 || r.ChainTurns > 0 }},
+	{column{"chain turns", func(r *results.Result) string { return fmt.Sprint(r.ChainTurns) }}, func(r *results.Result) bool { return r.ChainTurns > 0 }},
+	{column{"chains broken", func(r *results.Result) string {
+		return fmt.Sprint(r.Drops["previous_response_not_found"] + r.ChainsRestarted)
+	}},
+		func(r *results.Result) bool { return r.ChainTurns > 0 }},
 }
 
 // columnsFor is the columns for rep: the optional ones some run has a

@@ -22,6 +22,16 @@ type Result struct {
 	Completed int            `json:"completed"`
 	Dropped   int            `json:"dropped"`
 	Drops     map[string]int `json:"drop_reasons,omitempty"`
+	// FollowUpsMoved is the share of a session's later turns served on
+	// another replica than its turn before (simulator only): each would
+	// have broken a Responses chain, whose state lives where its previous
+	// response was made. ChainTurns counts the later turns of Responses
+	// chains, ChainsRestarted those whose previous turn was never served
+	// (the client starts over); a chain whose home is gone is a drop
+	// (previous_response_not_found).
+	FollowUpsMoved  float64 `json:"follow_ups_moved,omitempty"`
+	ChainTurns      int     `json:"chain_turns,omitempty"`
+	ChainsRestarted int     `json:"chains_restarted,omitempty"`
 	// Unservable counts the requests no region of the fleet may serve
 	// (data that must stay in a jurisdiction where no region serves the
 	// model): they are in no other number, as no router could serve them.

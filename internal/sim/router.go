@@ -238,6 +238,7 @@ func (r *router) reachEngine(sr *simRequest) {
 		return
 	}
 	sr.seq = seq
+	r.w.chains.served(req, rp) // its response exists from here (response.created)
 	r.kick(rp)
 }
 

@@ -158,10 +158,14 @@ type ScenarioWorkload struct {
 	Tenants            int           `yaml:"tenants"`
 	TenantPromptTokens int           `yaml:"tenant_prompt_tokens"`
 	ResidencyShare     float64       `yaml:"residency_share"`
-	MaxPromptTokens    int           `yaml:"max_prompt_tokens"`
-	MaxOutputTokens    int           `yaml:"max_output_tokens"`
-	Lengths            string        `yaml:"lengths"` // an Azure trace file name, or "synthetic"
-	BlockTokens        int           `yaml:"block_tokens"`
+	// ResponsesShare is the fraction of sessions that are Responses API
+	// chains: every turn after the first continues the previous response
+	// by its id, so it must be served where that response lives.
+	ResponsesShare  float64 `yaml:"responses_share"`
+	MaxPromptTokens int     `yaml:"max_prompt_tokens"`
+	MaxOutputTokens int     `yaml:"max_output_tokens"`
+	Lengths         string  `yaml:"lengths"` // an Azure trace file name, or "synthetic"
+	BlockTokens     int     `yaml:"block_tokens"`
 	// TenantShares weighs the tenants' shares of new sessions.
 	TenantShares []float64 `yaml:"tenant_shares"`
 	// CriticalShare and SheddableShare are the fractions of sessions of
@@ -314,6 +318,7 @@ func (s *Scenario) validate() error {
 		check(w.MeanTurns >= 1, "workload.mean_turns must be at least 1")
 		check(w.Tenants >= 0 && w.TenantPromptTokens >= 0, "workload.tenants and tenant_prompt_tokens must not be negative")
 		check(w.ResidencyShare >= 0 && w.ResidencyShare <= 1, "workload.residency_share must be in [0, 1]")
+		check(w.ResponsesShare >= 0 && w.ResponsesShare <= 1, "workload.responses_share must be in [0, 1]")
 		check(w.StartHour >= 0 && w.StartHour < 24, "workload.start_hour must be in [0, 24)")
 		for i, b := range w.Bursts {
 			check(names[b.Region] || b.Region == "" && b.Tenant != "", "workload.bursts[%d].region %q is not a listed region", i, b.Region)
@@ -473,7 +478,7 @@ func (s *Scenario) workload(loads []workload.RegionLoad, trace string) (*Workloa
 	case "diurnal":
 		d := &workload.Diurnal{Regions: loads, Day: w.Day, Duration: w.Duration, StartHour: w.StartHour, PeakRPS: w.PeakRPS,
 			ValleyRatio: w.ValleyRatio, PeakHour: w.PeakHour, MeanTurns: w.MeanTurns, ThinkTime: w.ThinkTime, FollowUpShare: w.FollowUpShare,
-			Tenants: w.Tenants, TenantPromptTokens: w.TenantPromptTokens, TenantShares: w.TenantShares, CriticalShare: w.CriticalShare, SheddableShare: w.SheddableShare, ResidencyShare: w.ResidencyShare,
+			Tenants: w.Tenants, TenantPromptTokens: w.TenantPromptTokens, TenantShares: w.TenantShares, CriticalShare: w.CriticalShare, SheddableShare: w.SheddableShare, ResidencyShare: w.ResidencyShare, ResponsesShare: w.ResponsesShare,
 			MaxPromptTokens: w.MaxPromptTokens, MaxOutputTokens: w.MaxOutputTokens, BlockTokens: w.BlockTokens, Seed: s.Seed}
 		for _, m := range s.Models {
 			mix := workload.ModelMix{Name: m.Name, Share: m.Share}

@@ -45,6 +45,7 @@ type world struct {
 	siteBusy        []time.Duration
 	sitePreemptions []int64 // of engines lost to crashes
 	stopped         bool    // ended early: StopAfterMisses
+	chains          chains  // Responses chains and follow-up turns (chains.go)
 }
 
 // Run simulates cfg over the arrivals of src and returns the result. span
@@ -329,6 +330,7 @@ func (w *world) handle(e event) error {
 // delay later (at once for a router in its own region), and its client
 // gives up after ClientTimeout without a first token.
 func (w *world) arrive(sr *simRequest) {
+	w.chains.arrive(sr.req)
 	w.live[sr.req] = sr
 	w.outstanding++
 	sr.req.Arrival = w.clock(w.now)

@@ -619,3 +619,33 @@ func TestARequestNoRegionMayServeIsCountedApart(t *testing.T) {
 		t.Logf("ap-east 70B replicas %d: %d requests, %d unservable, SLO %.4f, drops %v", apEast70B, res.Requests, res.Unservable, res.SLOAttainment, res.Drops)
 	}
 }
+
+// TestResponsesChainsStayWhereTheyLive: in responses-chains every later
+// turn continues the previous response, which lives in one engine: none
+// moves (every policy keeps them home), and the chains living on the
+// replica that crashes break (previous_response_not_found); the same
+// sessions as plain chat move between replicas.
+func TestResponsesChainsStayWhereTheyLive(t *testing.T) {
+	s := scenario(t, "responses-chains")
+	s.Workload.Duration = 8 * time.Minute
+	s.Faults[0].At = 4 * time.Minute
+	for _, share := range []float64{1, 0} {
+		sc := *s
+		sc.Workload.ResponsesShare = share
+		rep, err := Compare(&sc, Options{Policies: []string{"skywalker", "least-load"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rep.Results {
+			broken := r.Drops["previous_response_not_found"] + r.ChainsRestarted
+			t.Logf("share %v %s: %d chain turns, %d broken, %.1f%% of follow-ups moved, SLO %.4f", share, r.Policy, r.ChainTurns, broken, 100*r.FollowUpsMoved, r.SLOAttainment)
+			switch {
+			case share == 1 && (r.ChainTurns == 0 || r.FollowUpsMoved != 0 || r.Drops["previous_response_not_found"] == 0):
+				t.Errorf("%s with chains: %d chain turns, %.2f%% moved, %d gone with the crashed replica; want turns, none moved, some gone",
+					r.Policy, r.ChainTurns, 100*r.FollowUpsMoved, r.Drops["previous_response_not_found"])
+			case share == 0 && (r.ChainTurns != 0 || r.FollowUpsMoved == 0):
+				t.Errorf("%s as chat: %d chain turns, %.2f%% moved; want none and some", r.Policy, r.ChainTurns, 100*r.FollowUpsMoved)
+			}
+		}
+	}
+}

@@ -65,12 +65,19 @@ type Diurnal struct {
 	// requests are of those priority classes; the rest are standard.
 	CriticalShare, SheddableShare float64
 	ResidencyShare                float64 // fraction of sessions that must stay in their region's jurisdiction
-	MaxPromptTokens               int     // a session ends before its prompt would exceed this
-	MaxOutputTokens               int     // drawn outputs are capped here; 0 for no cap
-	Lengths                       *LengthDist
-	BlockTokens                   int
-	Seed                          uint64
-	HashSeed                      uint64 // request hash chain seed; default request.DefaultSeed
+	// ResponsesShare is the fraction of sessions that are Responses API
+	// chains: each turn after the first names the previous one
+	// (request.PreviousResponse: the session key) and asks it stored
+	// (request.Store), so it must go where the previous one was served.
+	// At 0 or 1 nothing is drawn: the arrivals are those of the same
+	// workload without chains.
+	ResponsesShare  float64
+	MaxPromptTokens int // a session ends before its prompt would exceed this
+	MaxOutputTokens int // drawn outputs are capped here; 0 for no cap
+	Lengths         *LengthDist
+	BlockTokens     int
+	Seed            uint64
+	HashSeed        uint64 // request hash chain seed; default request.DefaultSeed
 	// Models, if set, are the models sessions ask for, each session one
 	// (and one adapter) for all its turns; empty: every request is for the
 	// unnamed model "" (and draws nothing: the stream is as it always was).
@@ -103,6 +110,8 @@ func (d *Diurnal) validate() error {
 		return errors.New("diurnal workload: peak rate must be positive")
 	case d.ValleyRatio <= 0 || d.ValleyRatio > 1:
 		return errors.New("diurnal workload: valley ratio must be in (0, 1]")
+	case d.ResponsesShare < 0 || d.ResponsesShare > 1:
+		return errors.New("diurnal workload: responses share must be in [0, 1]")
 	case d.MeanTurns < 1:
 		return errors.New("diurnal workload: mean turns must be at least 1")
 	case d.BlockTokens < 1:
@@ -305,6 +314,7 @@ type session struct {
 	turns     int      // turns emitted so far
 	turnsLeft int
 	residency string
+	chained   bool   // a Responses chain (ResponsesShare)
 	tenant    string // "" without tenants
 	class     request.Class
 	model     string // base model and LoRA adapter ("" and "" without Models)
@@ -403,6 +413,12 @@ func (g *diurnalSource) newSession(region int, at time.Duration) *session {
 	if len(g.d.Models) > 0 {
 		g.pickModel(s)
 	}
+	switch share := g.d.ResponsesShare; {
+	case share >= 1:
+		s.chained = true
+	case share > 0:
+		s.chained = g.rng.Float64() < share
+	}
 	return s
 }
 
@@ -468,6 +484,10 @@ func (g *diurnalSource) turn(s *session, at time.Duration) (Arrival, bool) {
 		Residency:    s.residency,
 		Tenant:       s.tenant,
 		Class:        s.class,
+		Store:        s.chained,
+	}
+	if s.chained && s.turns > 0 {
+		req.PreviousResponse = req.Session // the previous turn's response, by its session
 	}
 	if s.model != "" || s.adapter != "" {
 		// Salted by the model: a copy, since the chain is the session's.

@@ -1,0 +1,76 @@
+package sim
+
+import (
+	"skywalker/internal/request"
+	"skywalker/internal/results"
+)
+
+// chains follows sessions from turn to turn: for a Responses chain
+// (workload ResponsesShare) where its previous response lives — the
+// engine its turn reached, where the response exists from then on — so
+// that its next turn goes there (request.Home: the region core's
+// policy.Homing pins it, as the proxy's ids do); for every session where
+// its previous turn was served, so that a run without chains tells how
+// many follow-ups moved — each of which, had it been a chain, would have
+// broken. (The workload's turns come a think time after the turn before
+// arrived, not after it ended: a turn whose previous one has not reached
+// an engine yet starts its chain over.)
+type chains struct {
+	last      map[string]request.Home // session → where its last turn was served
+	followUps int                     // turns after a session's first that were served
+	moved     int                     // of them, served on another replica than the turn before
+	chained   int                     // follow-up turns of Responses chains that arrived
+	restarted int                     // of them, whose previous turn was never served: begun again
+	anew      map[*request.Request]bool
+}
+
+// arrive sends a chain's follow-up turn home; one whose previous turn was
+// never served (dropped, or still running) starts the chain over, as a
+// client resending the conversation would.
+func (c *chains) arrive(req *request.Request) {
+	if req.PreviousResponse == "" {
+		return
+	}
+	c.chained++
+	if home, ok := c.last[req.Session]; ok {
+		req.Home = home
+		return
+	}
+	req.PreviousResponse = ""
+	c.restarted++
+	if c.anew == nil {
+		c.anew = map[*request.Request]bool{}
+	}
+	c.anew[req] = true
+}
+
+// served records the replica req's turn reached.
+func (c *chains) served(req *request.Request, rp *replica) {
+	if req.Session == "" {
+		return
+	}
+	if c.last == nil {
+		c.last = map[string]request.Home{}
+	}
+	here := request.Home{Region: rp.router.name, Replica: rp.name}
+	if c.anew[req] { // a chain begun again is no follow-up: it went where it liked
+		delete(c.anew, req)
+		c.last[req.Session] = here
+		return
+	}
+	if before, ok := c.last[req.Session]; ok {
+		c.followUps++
+		if before != here {
+			c.moved++
+		}
+	}
+	c.last[req.Session] = here
+}
+
+// report adds the chain figures to res.
+func (c *chains) report(res *results.Result) {
+	res.ChainTurns, res.ChainsRestarted = c.chained, c.restarted
+	if c.followUps > 0 {
+		res.FollowUpsMoved = results.Round(float64(c.moved)/float64(c.followUps), 4)
+	}
+}
