@@ -57,8 +57,8 @@ const GateThreshold = 200 * time.Millisecond
 func Start(ctx context.Context, policyName string, ports []int, log *slog.Logger) (*node.Cluster, error) {
 	prof, _ := profile.Lookup("llama3-8b-a100")
 	large, _ := profile.Lookup("llama3-70b-h100x4")
-	small := server.Config{Model: Model, Engine: engine.Config{Profile: prof, MaxNumSeqs: 48}, TimeScale: 1}
-	big := server.Config{Model: LargeModel, Engine: engine.Config{Profile: large, MaxNumSeqs: 48}, TimeScale: 1}
+	small := server.Config{Model: Model, Engine: engine.Config{Profile: prof, MaxNumSeqs: 48}, TimeScale: 1, ResponsesStore: true}
+	big := server.Config{Model: LargeModel, Engine: engine.Config{Profile: large, MaxNumSeqs: 48}, TimeScale: 1, ResponsesStore: true}
 	c, err := node.StartCluster(ctx, node.ClusterOptions{Topology: Topology, Ports: ports, Logger: log,
 		RegionEngines: func(region string) []server.Config {
 			if region == "ap-east" {
