@@ -318,11 +318,17 @@ func (p *Pools) ShareDispatches(on bool) {
 // TakeDispatches returns every pool's dispatches and ends to tell since
 // the last call.
 func (p *Pools) TakeDispatches() []SiblingDispatch {
-	var out []SiblingDispatch
+	return byModel(p, (*Region).TakeDispatches, func(d *SiblingDispatch, m string) { d.Model = m })
+}
+
+// byModel gathers what each pool's list returns, in model order, each
+// item labelled with its model by set.
+func byModel[T any](p *Pools, list func(*Region) []T, set func(*T, string)) []T {
+	var out []T
 	for _, m := range p.models {
-		for _, d := range p.pools[m].TakeDispatches() {
-			d.Model = m
-			out = append(out, d)
+		for _, v := range list(p.pools[m]) {
+			set(&v, m)
+			out = append(out, v)
 		}
 	}
 	return out
@@ -354,14 +360,7 @@ func (p *Pools) HealthyReplicas() int { return p.distinctReplicas() }
 
 // ReplicaStates lists every pool's replicas' bookkeeping, in model order.
 func (p *Pools) ReplicaStates() []ReplicaState {
-	var out []ReplicaState
-	for _, m := range p.models {
-		for _, s := range p.pools[m].ReplicaStates() {
-			s.Model = m
-			out = append(out, s)
-		}
-	}
-	return out
+	return byModel(p, (*Region).ReplicaStates, func(s *ReplicaState, m string) { s.Model = m })
 }
 
 // Held lists the held requests of every pool.

@@ -21,11 +21,7 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.K
 		apierr.Write(w, err)
 		return
 	}
-	served, ok := s.model(w, req)
-	if !ok {
-		return
-	}
-	stallAt, ok := s.faults(w, r)
+	served, stallAt, ok := s.accept(w, r, req)
 	if !ok {
 		return
 	}
@@ -40,6 +36,17 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.K
 	} else {
 		s.wholeResponse(w, r, a.st, out, a.finish, stallAt)
 	}
+}
+
+// accept takes a parsed request: its model (the name the server answers
+// as) and its faults (the token a stream stalls at, -1 for none); false
+// when it answered the request already.
+func (s *Server) accept(w http.ResponseWriter, r *http.Request, req *request.Request) (served string, stallAt int, ok bool) {
+	if served, ok = s.model(w, req); !ok {
+		return "", 0, false
+	}
+	stallAt, ok = s.faults(w, r)
+	return served, stallAt, ok
 }
 
 // model checks the request's model against what the server serves and

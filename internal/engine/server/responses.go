@@ -109,11 +109,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request) {
 		prompt = prev.promptTokens + prev.outputTokens + req.PromptTokens
 		prev.mu.Unlock()
 	}
-	served, ok := s.model(w, req)
-	if !ok {
-		return
-	}
-	stallAt, ok := s.faults(w, r)
+	served, stallAt, ok := s.accept(w, r, req)
 	if !ok {
 		return
 	}
@@ -349,10 +345,8 @@ func (e *events) closing(resp *response) bool {
 // stream=true its events (after starting_after) — the whole sequence, as
 // it stands now.
 func (s *Server) retrieve(w http.ResponseWriter, r *http.Request) {
-	id := r.PathValue("id")
-	resp := s.responses.get(id)
+	resp := s.stored(w, r)
 	if resp == nil {
-		apierr.Write(w, notFound(id))
 		return
 	}
 	q := r.URL.Query()
@@ -384,12 +378,21 @@ func (s *Server) retrieve(w http.ResponseWriter, r *http.Request) {
 	e.closing(resp)
 }
 
-// cancelResponse serves POST /v1/responses/{id}/cancel.
-func (s *Server) cancelResponse(w http.ResponseWriter, r *http.Request) {
+// stored is the response the path's id names, or nil when it answered
+// vLLM's 404.
+func (s *Server) stored(w http.ResponseWriter, r *http.Request) *response {
 	id := r.PathValue("id")
 	resp := s.responses.get(id)
 	if resp == nil {
 		apierr.Write(w, notFound(id))
+	}
+	return resp
+}
+
+// cancelResponse serves POST /v1/responses/{id}/cancel.
+func (s *Server) cancelResponse(w http.ResponseWriter, r *http.Request) {
+	resp := s.stored(w, r)
+	if resp == nil {
 		return
 	}
 	if !resp.background {
