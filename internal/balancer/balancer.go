@@ -309,7 +309,7 @@ func (b *Balancer) admit(req *request.Request, v *policy.View, d *policy.Decisio
 	if req.Wait {
 		return nil
 	}
-	if waits && d.Reason == policy.ReasonNoReplica && !anyoneCanServe(v) {
+	if waits && d.Reason == policy.ReasonNoReplica && !anyoneCanServe(req, v) {
 		return &apierr.Error{Code: apierr.Unavailable, RetryAfter: b.cfg.RetryAfter,
 			Message: "no healthy replica in this region and no peer region to take the request; retry later"}
 	}
@@ -584,14 +584,17 @@ func healthyReplicas(v *policy.View) int {
 // anyoneCanServe reports whether a local replica is healthy (busy or not)
 // or a peer region is healthy with its gate open: whether holding a
 // request can end in its being served soon.
-func anyoneCanServe(v *policy.View) bool {
+func anyoneCanServe(req *request.Request, v *policy.View) bool {
 	for _, r := range v.Local.Replicas {
 		if r.Healthy {
 			return true
 		}
 	}
+	// A closed gate keeps off a request that could stay, not one that
+	// cannot (policy.StayingPossible).
+	crossGate := !policy.StayingPossible(req, v)
 	for _, p := range v.Peers {
-		if p.Healthy && p.GateOpen {
+		if p.Healthy && (p.GateOpen || crossGate) {
 			return true
 		}
 	}

@@ -385,6 +385,8 @@ func (s Sample) Record(begin time.Time) results.Sample {
 		r.Dropped = "failed_midstream"
 	case s.Status == http.StatusTooManyRequests && s.Code != "":
 		r.Dropped = s.Code // overloaded, queue_full (refused) or shed: counted as such
+	case s.Status != http.StatusOK && s.Code != "":
+		r.Dropped = "status_" + strconv.Itoa(s.Status) + "_" + s.Code
 	case s.Status != http.StatusOK:
 		r.Dropped = "status_" + strconv.Itoa(s.Status)
 	}

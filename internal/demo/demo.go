@@ -106,8 +106,11 @@ type Summary struct {
 	Overall results.RegionStats            `json:"overall"`
 	// Models is each model's share of it: requests and the share within
 	// the demo's 1 s TTFT objective.
-	Models        map[string]results.GroupStats `json:"models"`
-	LocalBaseline *Baseline                     `json:"local_baseline,omitempty"`
+	Models map[string]results.GroupStats `json:"models"`
+	// Drops counts the requests that failed, by why (the error code a
+	// 429 or 503 named, connection_error, failed_midstream, status_N).
+	Drops         map[string]int `json:"drop_reasons,omitempty"`
+	LocalBaseline *Baseline      `json:"local_baseline,omitempty"`
 }
 
 // Baseline is the same day with forwarding off.
@@ -115,6 +118,7 @@ type Baseline struct {
 	Regions map[string]results.RegionStats `json:"regions"`
 	Overall results.RegionStats            `json:"overall"`
 	Models  map[string]results.GroupStats  `json:"models"`
+	Drops   map[string]int                 `json:"drop_reasons,omitempty"`
 }
 
 // Summarize computes per-region and overall figures from client samples,
@@ -127,6 +131,11 @@ func Summarize(samples []bench.Sample) (map[string]results.RegionStats, results.
 // SummarizeModels is each model's figures from client samples.
 func SummarizeModels(samples []bench.Sample) map[string]results.GroupStats {
 	return bench.Summarize("demo", demoSLO, samples).Models
+}
+
+// dropReasons counts the failed requests of samples by why.
+func dropReasons(samples []bench.Sample) map[string]int {
+	return bench.Summarize("demo", demoSLO, samples).Drops
 }
 
 // live prints the per-region view while a day runs: redrawn in place every

@@ -42,8 +42,8 @@ func TestDemoJSON(t *testing.T) {
 	// engines, the proxies refuse or shed with a 429 the client can act on;
 	// any other failure (a broken connection, a 5xx) is a bug.
 	if lost := sum.Overall.Dropped - sum.Overall.Refused - sum.Overall.Shed; lost != 0 {
-		t.Errorf("%d requests failed without an answer the client can act on (%d dropped, %d refused, %d shed)",
-			lost, sum.Overall.Dropped, sum.Overall.Refused, sum.Overall.Shed)
+		t.Errorf("%d requests failed without an answer the client can act on (%d dropped, %d refused, %d shed; by reason %v)",
+			lost, sum.Overall.Dropped, sum.Overall.Refused, sum.Overall.Shed, sum.Drops)
 	}
 	for _, want := range []string{
 		"WAN gate ceiling 200ms",    // the banner names the threshold it uses

@@ -87,8 +87,8 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		return Summary{}, err
 	}
 	regions, overall := Summarize(samples)
-	sum := Summary{Regions: regions, Overall: overall, Models: SummarizeModels(samples),
-		LocalBaseline: &Baseline{Regions: baseRegions, Overall: baseOverall, Models: SummarizeModels(baseSamples)}}
+	sum := Summary{Regions: regions, Overall: overall, Models: SummarizeModels(samples), Drops: dropReasons(samples),
+		LocalBaseline: &Baseline{Regions: baseRegions, Overall: baseOverall, Models: SummarizeModels(baseSamples), Drops: dropReasons(baseSamples)}}
 	if opt.JSON {
 		enc := json.NewEncoder(opt.Stdout)
 		enc.SetIndent("", "  ")

@@ -67,3 +67,27 @@ func TestAChainGoesHomeOrNowhere(t *testing.T) {
 		t.Errorf("a request without a home was routed home: %+v", d)
 	}
 }
+
+// TestAModelServedOnlyByPeersCrossesAClosedGate: the gate keeps requests
+// off slow links while staying is an option; for a model the region has
+// no replica of, it is not — slow beats never.
+func TestAModelServedOnlyByPeersCrossesAClosedGate(t *testing.T) {
+	for _, name := range []string{"skywalker", "skylb"} {
+		p, err := New(name, DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := exampleView()
+		v.Local.Replicas = nil // the model is not served here
+		for i := range v.Peers {
+			v.Peers[i].GateOpen, v.Peers[i].GateReason = false, "rtt 900ms > 200ms"
+		}
+		if d := p.Route(exampleRequest(), v); d.Action != Forward {
+			t.Errorf("%s: %v (%s), want a forward across the closed gate", name, d.Action, d.Reason)
+		}
+		v.Local.Replicas = busyReplicas(2) // served here, if busy: the gate holds
+		if d := p.Route(exampleRequest(), v); d.Action == Forward {
+			t.Errorf("%s: forwarded across a closed gate a request that could stay", name)
+		}
+	}
+}

@@ -14,14 +14,22 @@ type peerFilter struct {
 }
 
 // forRequest is the filter for req in view v. A request the local region
-// may not serve (data residency) may cross a closed gate or a link over the
-// RTT threshold: the gate keeps requests off slow links when staying is an
-// option, and for this one it is not — slow beats never.
+// may not serve — data residency, or a model it has no replica of — may
+// cross a closed gate or a link over the RTT threshold: the gate keeps
+// requests off slow links when staying is an option, and for this one it
+// is not — slow beats never.
 func (f peerFilter) forRequest(req *request.Request, v *View) peerFilter {
-	if !req.AllowedIn(v.Local.Jurisdiction) {
+	if !StayingPossible(req, v) {
 		f.respectGate, f.maxRTT = false, 0
 	}
 	return f
+}
+
+// StayingPossible reports whether the local region could ever serve req:
+// its residency allows the region, and the region has replicas of its
+// model (healthy or not).
+func StayingPossible(req *request.Request, v *View) bool {
+	return req.AllowedIn(v.Local.Jurisdiction) && len(v.Local.Replicas) > 0
 }
 
 // eligible reports whether req may be forwarded to p. A forwarded request

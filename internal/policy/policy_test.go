@@ -473,10 +473,11 @@ func TestNoPolicyBreaksTheHardRules(t *testing.T) {
 					t.Fatalf("%s: forwarded on stale data %+v", where, peer)
 				}
 				// The gate and the operator's cap apply while the request
-				// could stay; one the local region may not serve may
-				// cross them. SkyWalker reaches only a peer whose
-				// estimate fits the objective.
-				stays := req.AllowedIn(v.Local.Jurisdiction)
+				// could stay; one the local region may not serve (its
+				// residency, or no replica of its model) may cross them.
+				// SkyWalker reaches only a peer whose estimate fits the
+				// objective.
+				stays := StayingPossible(req, v)
 				if wanAware && stays && (!peer.GateOpen || peer.RTT > DefaultSkywalkerConfig().MaxWANRTT) {
 					t.Fatalf("%s: crossed a closed or slow link %+v", where, peer)
 				}

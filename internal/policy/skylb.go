@@ -35,7 +35,7 @@ func (s *SkyLB) Route(req *request.Request, v *View) Decision {
 	if req.StaysHere() {
 		return serveLocally(req, v, s.loadMargin, forwardedReason(req))
 	}
-	allowed := req.AllowedIn(v.Local.Jurisdiction)
+	allowed := StayingPossible(req, v) // residency permits, and the region serves the model
 	if allowed {
 		if d := serveLocally(req, v, s.loadMargin, ""); d.Action == Dispatch {
 			return d
