@@ -51,3 +51,23 @@ func FuzzKVEventSources(f *testing.F) {
 		}
 	})
 }
+
+// TestTheRelayCountsOutputTokensOfEitherAPI: the usage a chat stream or a
+// Responses stream reports is what the demand records.
+func TestTheRelayCountsOutputTokensOfEitherAPI(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       int
+	}{
+		{"chat", "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n", 7},
+		{"responses", "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":6,\"total_tokens\":15}}}\n\n", 6},
+	} {
+		c := relayCounter{sse: true}
+		for i := 0; i < len(tc.body); i += 5 { // in pieces
+			c.count([]byte(tc.body[i:min(i+5, len(tc.body))]))
+		}
+		if got := c.outputTokens(); got != tc.want {
+			t.Errorf("%s: %d output tokens, want %d", tc.name, got, tc.want)
+		}
+	}
+}

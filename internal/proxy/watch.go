@@ -193,6 +193,7 @@ var (
 	dataPrefix      = []byte("data: {")
 	doneEvent       = []byte("data: [DONE]")
 	completionField = []byte(`"completion_tokens":`)
+	outputField     = []byte(`"output_tokens":`) // the Responses API's usage
 	cachedField     = []byte(`"cached_tokens":`)
 )
 
@@ -203,6 +204,8 @@ func (o *relayCounter) count(b []byte) {
 		o.done = o.done || bytes.Contains(chunk, doneEvent)
 	}
 	if n, ok := lastNumberAfter(chunk, completionField); ok {
+		o.usage = n
+	} else if n, ok := lastNumberAfter(chunk, outputField); ok {
 		o.usage = n
 	}
 	if n, ok := lastNumberAfter(chunk, cachedField); ok {
