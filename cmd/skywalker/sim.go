@@ -21,7 +21,7 @@ func newSimCommand() *cobra.Command {
 		scenario, policies, format, out, sweep, trace, cacheSources string
 		seed                                                        uint64
 		responsesShare                                              float64
-		quiet, fifo, noAdmission, noCacheTruth, kvEvents            bool
+		quiet, fifo, noAdmission, noCacheTruth, kvEvents, startOver bool
 	)
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -51,6 +51,9 @@ attainment, cache hit rate and cross-region traffic.`,
 					return fmt.Errorf("--responses-share must be in [0, 1], not %v", responsesShare)
 				}
 				sc.Workload.ResponsesShare = responsesShare
+			}
+			if startOver {
+				sc.Balancer.ResponsesStartOver = true
 			}
 			if noAdmission {
 				off := false
@@ -109,6 +112,7 @@ attainment, cache hit rate and cross-region traffic.`,
 	f.BoolVar(&fifo, "fifo", false, "turn per-tenant fair queuing off: each class in arrival order")
 	f.BoolVar(&noAdmission, "no-admission", false, "turn SLO-aware admission off: hold every request until its deadline")
 	f.BoolVar(&noCacheTruth, "no-cache-truth", false, "turn cache-truth feedback off: engines' cached-token counts do not correct the routers' prefix index")
+	f.BoolVar(&startOver, "responses-start-over", false, "let a Responses chain whose home is gone start over as a new chain, as the proxy's responses_start_over does (its turns resend the conversation)")
 	f.Float64Var(&responsesShare, "responses-share", 0, "override the scenario's share of sessions that are Responses API chains (each later turn pinned to where its previous response lives)")
 	f.BoolVar(&kvEvents, "kv-events", false, "the engines publish KV events (what their prefix caches store and evict) and the routers' indexes rest on them")
 	f.StringVar(&cacheSources, "cache-sources", "", "run every policy once per source of the routers' prefix index, side by side: comma-separated "+strings.Join(sim.CacheSources, ", ")+

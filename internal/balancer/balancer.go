@@ -339,7 +339,7 @@ func (b *Balancer) admit(req *request.Request, v *policy.View, d *policy.Decisio
 	}
 	if d.Action != policy.Forward && d.HasFallback && time.Duration(float64(d.FallbackEstimate)*bias) <= obj {
 		*d = policy.Decision{Action: policy.Forward, Peer: d.FallbackPeer, Region: v.Peers[d.FallbackPeer].Name,
-			Reason: policy.ReasonOverload, Estimate: d.FallbackEstimate}
+			Reason: policy.ReasonOverload, Estimate: d.FallbackEstimate, StartedOver: d.StartedOver}
 		return nil
 	}
 	if unmeasured {

@@ -23,8 +23,13 @@ const ReasonHome Reason = "home"
 // the pool or is out of service — the engine's state went with it. Away:
 // forwarded to the home region while it is in the mesh and healthy
 // (whatever the WAN gate says: no other region can serve it), held while
-// it is not heard from. A chain whose home the request's data residency
-// forbids is a 403, never served elsewhere.
+// it is not heard from, refused when it has left the mesh. A chain whose
+// home the request's data residency forbids is a 403, never served
+// elsewhere.
+//
+// A request that may start its chain over (request.StartOver: it resends
+// the conversation and the operator allows it) is not refused for a home
+// that is gone: Policy routes it as a new request (Decision.StartedOver).
 type Homing struct{ Policy }
 
 // Route implements Policy.
@@ -45,18 +50,18 @@ func (h Homing) Route(req *request.Request, v *View) Decision {
 			}
 			switch {
 			case !r.Healthy:
-				return refuse(v, home.Region, gone(req, fmt.Sprintf("the replica that holds it (%s in %s) is out of service", home.Replica, home.Region)))
+				return h.gone(req, v, fmt.Sprintf("the replica that holds it (%s in %s) is out of service", home.Replica, home.Region))
 			case !r.HasRoom():
 				return Decision{Action: Hold, Region: home.Region, Reason: ReasonHome}
 			}
 			return Decision{Action: Dispatch, Replica: i, Region: home.Region, Reason: ReasonHome}
 		}
-		return refuse(v, home.Region, gone(req, fmt.Sprintf("the replica that held it (%s) is no longer in %s's pool", home.Replica, home.Region)))
+		return h.gone(req, v, fmt.Sprintf("the replica that held it (%s) is no longer in %s's pool", home.Replica, home.Region))
 	}
 	switch {
 	case req.Forwarded:
 		// Forwarded here for a home elsewhere: a peer decoded it otherwise.
-		return refuse(v, v.Local.Name, gone(req, fmt.Sprintf("it lives in region %s, not in %s where it was forwarded", home.Region, v.Local.Name)))
+		return h.gone(req, v, fmt.Sprintf("it lives in region %s, not in %s where it was forwarded", home.Region, v.Local.Name))
 	case req.ServeHere:
 		// Its forward home failed: no other region can serve it.
 		return refuse(v, home.Region, &apierr.Error{Code: apierr.Unavailable, Param: "previous_response_id", RetryAfter: time.Second,
@@ -75,6 +80,9 @@ func (h Homing) Route(req *request.Request, v *View) Decision {
 			return Decision{Action: Forward, Peer: i, Region: home.Region, Reason: ReasonHome}
 		}
 		if p.Left {
+			if req.StartOver {
+				return h.startOver(req, v)
+			}
 			return refuse(v, home.Region, &apierr.Error{Code: apierr.Unavailable, Param: "previous_response_id",
 				Message: fmt.Sprintf("the region that holds the previous response (%s) has left the mesh; the chain continues when it is back", home.Region)})
 		}
@@ -85,10 +93,21 @@ func (h Homing) Route(req *request.Request, v *View) Decision {
 	return Decision{Action: Hold, Region: home.Region, Reason: ReasonHome}
 }
 
-// gone is the error for a chain whose previous response is lost.
-func gone(req *request.Request, why string) *apierr.Error {
-	return &apierr.Error{Code: apierr.PreviousResponseNotFound, Param: "previous_response_id",
-		Message: fmt.Sprintf("previous response %q is no longer available: %s; start a new chain with the whole conversation as input", req.PreviousResponse, why)}
+// gone answers a chain whose previous response is lost: it starts over
+// if it may, else it is refused with previous_response_not_found.
+func (h Homing) gone(req *request.Request, v *View, why string) Decision {
+	if req.StartOver {
+		return h.startOver(req, v)
+	}
+	return refuse(v, req.Home.Region, &apierr.Error{Code: apierr.PreviousResponseNotFound, Param: "previous_response_id",
+		Message: fmt.Sprintf("previous response %q is no longer available: %s; start a new chain with the whole conversation as input", req.PreviousResponse, why)})
+}
+
+// startOver routes a chain whose home is gone as a new request.
+func (h Homing) startOver(req *request.Request, v *View) Decision {
+	d := h.Policy.Route(req, v)
+	d.StartedOver = true
+	return d
 }
 
 func refuse(v *View, region string, e *apierr.Error) Decision {

@@ -86,6 +86,10 @@ type Decision struct {
 	// Refusal, for a Reject, is why, when the client must hear something
 	// other than that no region may serve it (Homing's errors).
 	Refusal *apierr.Error
+	// StartedOver: the request continued a Responses chain whose home is
+	// gone, and starts it over (request.StartOver): routed as a new
+	// request, it is sent without its previous_response_id.
+	StartedOver bool
 }
 
 // View is the world as one region's balancer sees it when routing one

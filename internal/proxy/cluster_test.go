@@ -25,6 +25,9 @@ type clusterOpts struct {
 	// responses turns the engines' Responses store on (vLLM's
 	// VLLM_ENABLE_RESPONSES_API_STORE).
 	responses bool
+	// startOver lets chains whose home is gone start over
+	// (Config.ResponsesStartOver).
+	startOver bool
 }
 
 // startCluster runs three regions (us-east, eu-west, ap-east) on loopback:
@@ -55,6 +58,7 @@ func startCluster(t *testing.T, o clusterOpts) *node.Cluster {
 			if o.objective > 0 {
 				cfg.TTFTObjective = o.objective
 			}
+			cfg.ResponsesStartOver = o.startOver
 			cfg.Profile = "llama3-8b-a100"
 			cfg.TenantHeader = proxy.GatewayTenantHeader // as behind the Inference Gateway
 		}})

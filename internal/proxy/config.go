@@ -169,6 +169,7 @@ type Config struct {
 	TTFTObjectiveSheddable time.Duration `yaml:"ttft_objective_sheddable"` // SKYWALKER_TTFT_SLO_SHEDDABLE; default the standard objective
 	TenantHeader           string        `yaml:"tenant_header"`            // SKYWALKER_TENANT_HEADER; default x-gateway-inference-fairness-id
 	SessionHeader          string        `yaml:"session_header"`           // SKYWALKER_SESSION_HEADER; default x-session-id
+	ResponsesStartOver     bool          `yaml:"responses_start_over"`     // SKYWALKER_RESPONSES_START_OVER; default false
 	FairQueuing            bool          `yaml:"fair_queuing"`             // SKYWALKER_FAIR_QUEUING; default true
 	TenantMaxHeld          int           `yaml:"tenant_max_held"`          // SKYWALKER_TENANT_MAX_HELD; default 0 (no limit)
 

@@ -43,14 +43,8 @@ func turn(ctx context.Context, client openai.Client, previous, input string, str
 	}
 	var raw *http.Response
 	if !stream {
-		resp, err := client.Responses.New(ctx, params, option.WithResponseInto(&raw))
-		if err != nil {
-			return "", "", err
-		}
-		if resp.OutputText() == "" {
-			return "", "", fmt.Errorf("response %s has no text", resp.ID)
-		}
-		return resp.ID, servedAt(raw), nil
+		a, err := respond(ctx, client, params)
+		return a.id, a.at, err
 	}
 	s := client.Responses.NewStreaming(ctx, params, option.WithResponseInto(&raw))
 	var text strings.Builder
@@ -70,6 +64,25 @@ func turn(ctx context.Context, client openai.Client, previous, input string, str
 		return "", "", fmt.Errorf("stream ended without its response (id %q, text %q)", id, text.String())
 	}
 	return id, servedAt(raw), nil
+}
+
+// answer is a Responses answer as the test reads it.
+type answer struct {
+	id, at, text string
+	chain        string // X-SkyWalker-Chain
+}
+
+// respond sends params, unstreamed.
+func respond(ctx context.Context, client openai.Client, params responses.ResponseNewParams) (answer, error) {
+	var raw *http.Response
+	resp, err := client.Responses.New(ctx, params, option.WithResponseInto(&raw))
+	if err != nil {
+		return answer{}, err
+	}
+	if resp.OutputText() == "" {
+		return answer{}, fmt.Errorf("response %s has no text", resp.ID)
+	}
+	return answer{id: resp.ID, at: servedAt(raw), text: resp.OutputText(), chain: raw.Header.Get("X-SkyWalker-Chain")}, nil
 }
 
 // TestResponsesChainsLandHomeFromAnyRegion: chains of five turns through
@@ -177,22 +190,122 @@ func TestResponsesChainsLandHomeFromAnyRegion(t *testing.T) {
 		t.Errorf("a malformed input: %d, want 400", resp.StatusCode)
 	}
 
-	// The home replica of chain 0 dies: its next turn, from anywhere, is
-	// told at once that the previous response is gone.
+	// The home replica of chain 0 dies: its next turn, from another
+	// region (whose proxy passes on the home region's answer), is told at
+	// once that the previous response is gone.
 	homeRegion, homeReplica, _ := strings.Cut(chains[0].home, "/")
 	for _, e := range c.Region(homeRegion).Engines {
 		if strings.TrimPrefix(e.URL, "http://") == homeReplica {
 			e.Kill()
 		}
 	}
+	elsewhere := regions[0]
+	if elsewhere == homeRegion {
+		elsewhere = regions[1]
+	}
 	start := time.Now()
-	_, _, err = turn(ctx, clients[regions[(rng.IntN(3))]], chains[0].last, "are you there?", false)
+	_, _, err = turn(ctx, clients[elsewhere], chains[0].last, "are you there?", false)
 	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "previous_response_not_found" || !strings.Contains(apiErr.Message, "no longer available") {
 		t.Errorf("after the home replica died: %v, want a 400 previous_response_not_found saying it is no longer available", err)
 	}
 	took := time.Since(start)
-	t.Logf("the dead home was reported after %v", took.Round(time.Millisecond))
+	t.Logf("the dead home was reported through %s after %v", elsewhere, took.Round(time.Microsecond))
 	if took > 10*time.Second {
 		t.Errorf("the dead home was reported after %v: not at once", took)
+	}
+}
+
+// TestAChainWhoseHomeIsGoneStartsOverWhenAllowed: with
+// responses_start_over on, a turn whose previous response is gone — its
+// replica dead, or its engine restarted — and that resends the whole
+// conversation is served as a new chain (X-SkyWalker-Chain: started-over),
+// whose next turns land at its new home; a turn that does not resend the
+// conversation still gets previous_response_not_found.
+func TestAChainWhoseHomeIsGoneStartsOverWhenAllowed(t *testing.T) {
+	c := startCluster(t, clusterOpts{responses: true, startOver: true})
+	clients := responsesClients(c)
+	ctx := context.Background()
+	engineAt := func(at string) *node.Engine {
+		region, replica, _ := strings.Cut(at, "/")
+		for _, e := range c.Region(region).Engines {
+			if strings.TrimPrefix(e.URL, "http://") == replica {
+				return e
+			}
+		}
+		t.Fatalf("no engine at %s", at)
+		return nil
+	}
+	conversation := func(turns ...string) responses.ResponseNewParamsInputUnion {
+		var items responses.ResponseInputParam
+		for i, text := range turns {
+			role := responses.EasyInputMessageRoleUser
+			if i%2 == 1 {
+				role = responses.EasyInputMessageRoleAssistant
+			}
+			items = append(items, responses.ResponseInputItemParamOfMessage(text, role))
+		}
+		return responses.ResponseNewParamsInputUnion{OfInputItemList: items}
+	}
+	ask := func(client openai.Client, previous string, input responses.ResponseNewParamsInputUnion) (answer, error) {
+		return respond(ctx, client, responses.ResponseNewParams{Model: "m", MaxOutputTokens: openai.Int(6), Input: input,
+			PreviousResponseID: openai.String(previous)})
+	}
+	var apiErr *openai.Error
+	notFound := func(what string, err error) {
+		t.Helper()
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Code != "previous_response_not_found" {
+			t.Errorf("%s: %v, want a 400 previous_response_not_found", what, err)
+		}
+	}
+
+	for _, tc := range []struct {
+		name     string
+		loseIt   func(e *node.Engine) error
+		sameHome bool // the chain starts over on the replica it lived on
+	}{
+		{"the home replica dies", func(e *node.Engine) error { e.Kill(); return nil }, false},
+		{"the home engine restarts", func(e *node.Engine) error { return e.Restart() }, true},
+	} {
+		question := "Plan a trip to Lyon for " + tc.name + "."
+		first, err := respond(ctx, clients["us-east"], responses.ResponseNewParams{Model: "m", MaxOutputTokens: openai.Int(6),
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String(question)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.loseIt(engineAt(first.at)); err != nil {
+			t.Fatal(err)
+		}
+		// Only the new words: nothing to start over from.
+		_, err = ask(clients["eu-west"], first.id, conversation("And back?"))
+		notFound(tc.name+", the next turn without the conversation", err)
+
+		start := time.Now()
+		again, err := ask(clients["eu-west"], first.id, conversation(question, first.text, "And back?"))
+		if err != nil {
+			t.Fatalf("%s, the next turn resending the conversation: %v, want it served as a new chain", tc.name, err)
+		}
+		t.Logf("%s: started over on %s (the chain lived on %s) in %v", tc.name, again.at, first.at, time.Since(start).Round(time.Millisecond))
+		switch {
+		case again.chain != "started-over":
+			t.Errorf("%s: X-SkyWalker-Chain %q, want started-over", tc.name, again.chain)
+		case !strings.HasPrefix(again.id, "resp_sw") || again.id == first.id:
+			t.Errorf("%s: the new chain's id %q", tc.name, again.id)
+		case tc.sameHome && again.at != first.at:
+			t.Errorf("%s: started over on %s, want its restarted engine %s (healthy, it holds nothing else)", tc.name, again.at, first.at)
+		case !tc.sameHome && again.at == first.at:
+			t.Errorf("%s: started over on the dead replica %s", tc.name, again.at)
+		}
+		// The new chain goes on from its new home, from any region.
+		next, err := ask(clients["ap-east"], again.id, conversation("And the day after?"))
+		if err != nil || next.at != again.at || next.chain != "" {
+			t.Errorf("%s, the turn after: served at %s (%q), %v; want the new home %s", tc.name, next.at, next.chain, err, again.at)
+		}
+	}
+	started := 0.0
+	for _, r := range c.Regions {
+		started += seriesSum(t, r.AdminURL, "skywalker_responses_chains_started_over_total")
+	}
+	if started != 2 {
+		t.Errorf("skywalker_responses_chains_started_over_total: %v over the mesh, want 2", started)
 	}
 }

@@ -109,15 +109,18 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		if h := s.cfg.SessionHeader; h != "" {
 			req.SetAffinityHeader(r.Header.Get(h))
 		}
-		var homeBody []byte
+		var chain chainBodies
 		if req.PreviousResponse != "" {
+			if s.cfg.ResponsesStartOver && req.Resent {
+				req.StartOver, chain.fresh = true, req.WithoutPrevious(body)
+			}
 			var refused *apierr.Error
-			if homeBody, refused = s.goHome(req, body); refused != nil {
+			if chain.home, refused = s.goHome(req, body); refused != nil {
 				s.reject(w, refused, "bad_request")
 				return
 			}
 		}
-		s.serve(w, r, kind, req, body, homeBody)
+		s.serve(w, r, kind, req, body, chain)
 	}
 }
 
@@ -229,12 +232,11 @@ func (p *sizedPool) put(b *[]byte) {
 }
 
 // serve relays one parsed request through the ReverseProxy and accounts
-// for how it ended. homeBody, if any, is the body the request's home
-// replica is sent (a Responses chain's, with the engine's own id).
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body, homeBody []byte) {
+// for how it ended. chain is a Responses chain's other bodies, if any.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body []byte, chain chainBodies) {
 	ctx, abandon := context.WithCancelCause(r.Context())
 	defer abandon(nil)
-	x := &exchange{s: s, kind: kind, req: req, body: body, homeBody: homeBody, ctx: ctx, abandon: abandon}
+	x := &exchange{s: s, kind: kind, req: req, body: body, chain: chain, ctx: ctx, abandon: abandon}
 	dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
 	defer func() {
 		dw.done()
@@ -260,6 +262,9 @@ func (s *Server) account(x *exchange) {
 	}
 	req := x.req
 	served := x.servedBy
+	if x.startedOver && x.complete {
+		s.metrics.chainsStartedOver.Inc()
+	}
 	switch {
 	case x.rejected != nil:
 		s.metrics.requests.WithLabelValues(req.Region, "", "rejected").Inc()

@@ -25,7 +25,10 @@ type metrics struct {
 	// restart (the engine's sequence began again), lost (a gap no replay
 	// filled, a batch that could not be read, the subscription failing).
 	kvEvents *prometheus.CounterVec
-	tenants  *tenantLabels
+	// chainsStartedOver counts Responses chains whose home was gone and
+	// that started over (responses_start_over).
+	chainsStartedOver prometheus.Counter
+	tenants           *tenantLabels
 }
 
 func newMetrics(region string, r *Router) *metrics {
@@ -58,8 +61,11 @@ func newMetrics(region string, r *Router) *metrics {
 		Help: "Each replica's KV-cache event stream (kv_events): batch (applied), restart (the engine's sequence began again: its cache is empty), " +
 			"lost (a gap no replay filled, an unreadable batch, the subscription failing: its index rests on belief until rebuilt).", ConstLabels: constLabels},
 		[]string{"replica", "event"})
+	m.chainsStartedOver = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "skywalker", Name: "responses_chains_started_over_total",
+		Help:        "Responses requests whose previous response was gone (its replica out of service or restarted) and that were served as a new chain: they resent the whole conversation and responses_start_over is on.",
+		ConstLabels: constLabels})
 	m.tenants = newTenantLabels(maxTenantLabels)
-	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts, m.failovers, m.kvEvents,
+	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts, m.failovers, m.kvEvents, m.chainsStartedOver,
 		stateCollector{r: r, constLabels: constLabels, tenants: m.tenants},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

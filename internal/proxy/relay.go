@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"skywalker/internal/apierr"
+	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
@@ -37,9 +38,10 @@ type exchange struct {
 	kind request.Kind
 	req  *request.Request
 	body []byte
-	// homeBody is body as a Responses chain's home replica is sent it
-	// (the engine's id for previous_response_id); nil otherwise.
-	homeBody []byte
+	// chain is a Responses chain's bodies beside the client's; startedOver:
+	// its home was gone and it was sent as a new chain (chain.fresh).
+	chain       chainBodies
+	startedOver bool
 	// ctx is the client's request's context, ended also when the proxy
 	// gives up on the client (abandon): every attempt's context derives
 	// from it.
@@ -237,11 +239,14 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		if o.replica != nil {
 			answered = x.s.router.awaitingFirstByte(o.Replica, cancel)
 		}
-		sent := body
-		if o.replica != nil && x.homeBody != nil {
-			sent = x.homeBody
+		resp, sendErr := x.send(actx, o, x.bodyFor(o, body))
+		if sendErr == nil && resp.StatusCode == http.StatusNotFound && x.mayStartOverAt(o) {
+			// The home engine no longer holds the previous response (it
+			// restarted): the chain starts over there.
+			drain(resp)
+			x.startedOver = true
+			resp, sendErr = x.send(actx, o, x.chain.fresh)
 		}
-		resp, sendErr := x.send(actx, o, sent)
 		if sendErr == nil && acceptable(o, resp) {
 			// Nothing reaches the client before the upstream's first body
 			// byte (a Responses stream's first token): until then a failure
@@ -263,8 +268,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		answered()
 		timeout := timer.stop()
 		if resp != nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-			resp.Body.Close()
+			drain(resp)
 			sendErr = errors.New("upstream answered " + resp.Status)
 		}
 		stopExpire()
@@ -307,9 +311,11 @@ var CredentialHeaders = []string{"Authorization", "Proxy-Authorization", "Api-Ke
 // peer's only below 400. A peer's refusal — its model set, its limits, a
 // marker it found late, its overload — is never the client's fault (this
 // proxy has checked the request already), so the forward counts as failed
-// and the request is served here.
+// and the request is served here. Except a Responses chain's home region:
+// no other region can serve the chain, and its 4xx (the previous response
+// is gone, its home is overloaded) is the answer.
 func acceptable(o routed, resp *http.Response) bool {
-	if o.Peer != nil {
+	if o.Peer != nil && o.Decision.Reason != policy.ReasonHome {
 		return resp.StatusCode < 400
 	}
 	return resp.StatusCode < 500
@@ -419,6 +425,9 @@ func modifyResponse(resp *http.Response) error {
 		h.Set("X-SkyWalker-Ingress-Region", x.s.cfg.Region)
 	}
 	h.Set("X-SkyWalker-Route-Reason", string(o.Decision.Reason))
+	if x.startedOver {
+		h.Set("X-SkyWalker-Chain", "started-over")
+	}
 	x.s.closeWhenDraining(h)
 	return nil
 }

@@ -81,6 +81,42 @@ func (s *Server) goHome(req *request.Request, body []byte) ([]byte, *apierr.Erro
 	return req.RewritePrevious(append([]byte(nil), body...), ref.EngineID), nil
 }
 
+// chainBodies are a Responses chain request's bodies beside the
+// client's: home, as its home replica is sent it (the engine's id for
+// previous_response_id); fresh, as it is sent when the chain starts over
+// (without previous_response_id; nil: it may not, see
+// Config.ResponsesStartOver).
+type chainBodies struct{ home, fresh []byte }
+
+// bodyFor is the body the routed target o is sent: a chain that starts
+// over (its home gone: policy.Homing) goes as a new chain, one at its home
+// replica with the engine's id; body otherwise (the client's, or a
+// continuation's; a peer region decodes the client's id itself).
+func (x *exchange) bodyFor(o routed, body []byte) []byte {
+	switch {
+	case o.Decision.StartedOver && x.chain.fresh != nil:
+		x.startedOver = true
+		return x.chain.fresh
+	case o.replica != nil && x.chain.home != nil:
+		return x.chain.home
+	}
+	return body
+}
+
+// mayStartOverAt: the replica o answered a chain's request with 404 — its
+// engine no longer holds the previous response — and the chain may start
+// over, and has not yet.
+func (x *exchange) mayStartOverAt(o routed) bool {
+	return o.replica != nil && x.chain.fresh != nil && !x.startedOver
+}
+
+// drain reads what is left of resp's body (a little) and closes it, so
+// that its connection is reused.
+func drain(resp *http.Response) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+}
+
 // engineIDs maps the response ids a replica of this region answers with
 // (the engine's) to the mesh's, naming replica as their home.
 func (s *Server) engineIDs(replica string, req *request.Request) func(string) string {
@@ -98,9 +134,8 @@ func (s *Server) engineIDs(replica string, req *request.Request) func(string) st
 // engine no longer holds it: it restarted) made the error a client can
 // act on.
 func (x *exchange) fromReplica(resp *http.Response, replica string) *http.Response {
-	if x.req.PreviousResponse != "" && resp.StatusCode == http.StatusNotFound {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-		resp.Body.Close()
+	if x.req.PreviousResponse != "" && !x.startedOver && resp.StatusCode == http.StatusNotFound {
+		drain(resp)
 		e := &apierr.Error{Code: apierr.PreviousResponseNotFound, Param: "previous_response_id",
 			Message: fmt.Sprintf("previous response %q is no longer available: the engine that held it (%s in %s) no longer has it (it restarted, or keeps no responses: VLLM_ENABLE_RESPONSES_API_STORE); start a new chain with the whole conversation as input",
 				x.req.PreviousResponse, replica, x.s.cfg.Region)}

@@ -135,6 +135,7 @@ var settings = describe([]Setting{
 		Derived: "none: the API key, else the client's address", check: is(headerName)},
 	{Field: "SessionHeader", Env: "SKYWALKER_SESSION_HEADER", Help: "the header that names a client's session (as vLLM's x-session-id), passed on to the engine: the session's requests go back to the replica that served it last while it is in service and not far busier than the others (a body's prompt_cache_key does the same and wins)",
 		check: is(headerName)},
+	{Field: "ResponsesStartOver", Env: "SKYWALKER_RESPONSES_START_OVER", Help: "a Responses request whose previous response is gone (its replica out of service or left, its engine restarted) starts its chain over — sent without previous_response_id, routed as a new request — when its input resends the conversation (an earlier assistant message, function call or reasoning item); off: it gets 400 previous_response_not_found"},
 	{Field: "FairQueuing", Env: "SKYWALKER_FAIR_QUEUING", Help: "serve held requests fairly across tenants (else first come, first served)"},
 	{Field: "TenantMaxHeld", Env: "SKYWALKER_TENANT_MAX_HELD", Help: "requests one tenant may have held at once; 0: no limit", check: is(nonNegative[int])},
 	{Field: "MaxQueue", Env: "SKYWALKER_MAX_QUEUE", Help: "requests held at once; past it 429", check: is(positive[int])},

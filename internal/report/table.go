@@ -69,6 +69,7 @@ var optional = []struct {
 		return fmt.Sprint(r.Drops["previous_response_not_found"] + r.ChainsRestarted)
 	}},
 		func(r *results.Result) bool { return r.ChainTurns > 0 }},
+	{column{"chains started over", func(r *results.Result) string { return fmt.Sprint(r.ChainsStartedOver) }}, func(r *results.Result) bool { return r.ChainsStartedOver > 0 }},
 }
 
 // columnsFor is the columns for rep: the optional ones some run has a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -147,6 +148,8 @@ func FuzzParseResponses(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":"hi","previous_response_id":"resp_1","instructions":"be brief"}`))
 	f.Add([]byte(`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"tools":[{}]}`))
 	f.Add([]byte(`{"input":[{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"x"}]}],"prompt_cache_key":"k"}`))
+	f.Add([]byte(`{"input":[{"role":"assistant","content":"x"}],"previous_response_id":"a","previous_response_id":"b","previous_response_id":null}`))
+	f.Add([]byte(`{"input":"x","previous_response_id":"a","previous_response_id":"b"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, err := Parse(Responses, body, Options{BlockBytes: 8, MaxBodyBytes: 1 << 16})
 		if err != nil {
@@ -158,9 +161,15 @@ func FuzzParseResponses(f *testing.F) {
 		if req.PromptTokens < 0 || req.CachedTokens(len(req.Blocks)) > req.PromptTokens {
 			t.Fatalf("inconsistent request: %+v", req)
 		}
-		out := req.RewritePrevious(req.RewriteModel(body, "m2"), "resp_2")
-		if !json.Valid(out) {
-			t.Fatalf("rewriting %q gave %q", body, out)
+		renamed := req.RewriteModel(body, "m2")
+		fresh := req.WithoutPrevious(renamed)
+		out := req.RewritePrevious(renamed, "resp_2")
+		if !json.Valid(out) || !json.Valid(fresh) {
+			t.Fatalf("rewriting %q gave %q and, without its previous response, %q", body, out, fresh)
+		}
+		again, err := Parse(Responses, fresh, Options{BlockBytes: 8, MaxBodyBytes: 1 << 16})
+		if err != nil || again.PreviousResponse != "" || !slices.Equal(again.Blocks, req.Blocks) {
+			t.Fatalf("%q without its previous response, %q, parses as previous %q, %d blocks (was %d), %v", body, fresh, again.PreviousResponse, len(again.Blocks), len(req.Blocks), err)
 		}
 	})
 }

@@ -300,7 +300,9 @@ func (p *parser) topField(key []byte) error {
 			return s.skip()
 		}
 		if s.peek() != '"' {
-			_, err := p.stringField("previous_response_id") // null, or the error
+			// null (the last key wins, as in the engines' JSON), or the error
+			p.req.PreviousResponse, p.req.previousAt = "", [2]int{}
+			_, err := p.stringField("previous_response_id")
 			return err
 		}
 		start := s.pos
@@ -729,6 +731,10 @@ func (p *parser) item(i int) error {
 		typ = role
 	case typ == "function_call_output" && callID == "":
 		return apierr.Invalid(param(".call_id"), "call_id is required")
+	}
+	switch typ {
+	case "assistant", "function_call", "reasoning": // a model's output, sent back
+		p.req.Resent = true
 	}
 	r := append(p.s.out, unitSep)
 	r = append(r, typ...)

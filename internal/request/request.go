@@ -64,6 +64,14 @@ type Request struct {
 	PreviousResponse string
 	previousAt       [2]int
 	Home             Home
+	// Resent: a Responses input carries an earlier turn's output (an
+	// assistant message, a function call, reasoning): the client resends
+	// its conversation whole, so the request can start its chain over
+	// when the previous response is gone. StartOver: the driver allows it
+	// to (the operator does, and Resent) — policy.Homing then routes it as
+	// a new request instead of refusing it, and it is sent without its
+	// previous_response_id (WithoutPrevious).
+	Resent, StartOver bool
 	// Store and Background are a Responses request's store and background.
 	Store, Background bool
 	// Priority is the body's vLLM priority field, passed to the engine as
@@ -257,6 +265,20 @@ func (r *Request) RewriteModel(body []byte, model string) []byte {
 func (r *Request) RewritePrevious(body []byte, id string) []byte {
 	out, _ := replaceString(body, &r.previousAt, id, &r.modelAt)
 	return out
+}
+
+// WithoutPrevious returns a copy of body with the request's
+// previous_response_id set to null: the request as a new chain, for a
+// chain that starts over (StartOver). body must be the one the request
+// was parsed from, as RewriteModel left it, before RewritePrevious. A body
+// without one is returned as it is.
+func (r *Request) WithoutPrevious(body []byte) []byte {
+	start, end := r.previousAt[0], r.previousAt[1]
+	if end <= start || end > len(body) || body[start] != '"' {
+		return body
+	}
+	out := make([]byte, 0, len(body)-(end-start)+4)
+	return append(append(append(out, body[:start]...), "null"...), body[end:]...)
 }
 
 // replaceString replaces the JSON string at *at in body with value,

@@ -64,6 +64,49 @@ func TestResponsesReadsWhatRoutingNeeds(t *testing.T) {
 	}
 }
 
+// A request resends its conversation when its input carries a model's
+// earlier output; without previous_response_id it is the same request as
+// a new chain.
+func TestAResentConversationCanStartItsChainOver(t *testing.T) {
+	for _, tc := range []struct {
+		body   string
+		resent bool
+	}{
+		{`{"model":"m","input":"And back?","previous_response_id":"resp_1"}`, false},
+		{`{"model":"m","input":[{"role":"user","content":"And back?"}],"previous_response_id":"resp_1"}`, false},
+		{`{"previous_response_id":"resp_1","model":"m","input":[{"role":"user","content":"To Lyon?"},{"role":"assistant","content":"The 9:04."},{"role":"user","content":"And back?"}]}`, true},
+		{`{"model":"m","input":[{"role":"user","content":"weather?"},{"type":"function_call","call_id":"c1","name":"weather","arguments":"{}"},` +
+			`{"type":"function_call_output","call_id":"c1","output":"-3C"}],"previous_response_id":"resp_1"}`, true},
+		{`{"model":"m","input":[{"type":"reasoning","summary":[]},{"role":"user","content":"go on"}],"previous_response_id":"resp_1"}`, true},
+		{`{"model":"m","input":[{"type":"function_call_output","call_id":"c1","output":"-3C"}],"previous_response_id":"resp_1"}`, false},
+	} {
+		r := mustParse(t, Responses, tc.body)
+		if r.Resent != tc.resent {
+			t.Errorf("%s: resent %v, want %v", tc.body, r.Resent, tc.resent)
+		}
+		renamed := r.RewriteModel([]byte(tc.body), "meta-llama/Llama-3.1-8B-Instruct")
+		fresh := r.WithoutPrevious(renamed)
+		var back map[string]any
+		if err := json.Unmarshal(fresh, &back); err != nil {
+			t.Fatalf("%s: the body without its previous response is not JSON: %v\n%s", tc.body, err, fresh)
+		}
+		if v, ok := back["previous_response_id"]; !ok || v != nil || back["model"] != "meta-llama/Llama-3.1-8B-Instruct" {
+			t.Errorf("without previous: %s", fresh)
+		}
+		again := mustParse(t, Responses, string(fresh))
+		if again.PreviousResponse != "" || !slices.Equal(again.Blocks, r.Blocks) {
+			t.Errorf("%s: parsed again, previous %q and %d blocks (was %d)", fresh, again.PreviousResponse, len(again.Blocks), len(r.Blocks))
+		}
+		// The engine's id for the home is written into its own copy.
+		if home := r.RewritePrevious(append([]byte(nil), renamed...), "resp_engine_7"); !strings.Contains(string(home), `"resp_engine_7"`) {
+			t.Errorf("home body %s", home)
+		}
+	}
+	if r := mustParse(t, Responses, `{"model":"m","input":"x"}`); string(r.WithoutPrevious([]byte(`{"model":"m","input":"x"}`))) != `{"model":"m","input":"x"}` {
+		t.Error("a body without previous_response_id changed")
+	}
+}
+
 func TestResponsesRejectsBadBodies(t *testing.T) {
 	for _, tc := range []struct {
 		body, param, msg string

@@ -28,10 +28,13 @@ type Result struct {
 	// response was made. ChainTurns counts the later turns of Responses
 	// chains, ChainsRestarted those whose previous turn was never served
 	// (the client starts over); a chain whose home is gone is a drop
-	// (previous_response_not_found).
-	FollowUpsMoved  float64 `json:"follow_ups_moved,omitempty"`
-	ChainTurns      int     `json:"chain_turns,omitempty"`
-	ChainsRestarted int     `json:"chains_restarted,omitempty"`
+	// (previous_response_not_found), or, when the balancers let it start
+	// over (responses_start_over), one of ChainsStartedOver: served as a
+	// new chain wherever the policy chose.
+	FollowUpsMoved    float64 `json:"follow_ups_moved,omitempty"`
+	ChainTurns        int     `json:"chain_turns,omitempty"`
+	ChainsRestarted   int     `json:"chains_restarted,omitempty"`
+	ChainsStartedOver int     `json:"chains_started_over,omitempty"`
 	// Unservable counts the requests no region of the fleet may serve
 	// (data that must stay in a jurisdiction where no region serves the
 	// model): they are in no other number, as no router could serve them.

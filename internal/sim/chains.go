@@ -21,23 +21,32 @@ type chains struct {
 	moved     int                     // of them, served on another replica than the turn before
 	chained   int                     // follow-up turns of Responses chains that arrived
 	restarted int                     // of them, whose previous turn was never served: begun again
-	anew      map[*request.Request]bool
+	// startedOver: of them, whose home was gone and that started over
+	// (request.StartOver).
+	startedOver int
+	anew        map[*request.Request]bool
 }
 
-// arrive sends a chain's follow-up turn home; one whose previous turn was
-// never served (dropped, or still running) starts the chain over, as a
-// client resending the conversation would.
-func (c *chains) arrive(req *request.Request) {
+// arrive sends a chain's follow-up turn home — and lets it start over if
+// its home is gone, when startOver; one whose previous turn was never
+// served (dropped, or still running) starts the chain over, as a client
+// resending the conversation would.
+func (c *chains) arrive(req *request.Request, startOver bool) {
 	if req.PreviousResponse == "" {
 		return
 	}
 	c.chained++
 	if home, ok := c.last[req.Session]; ok {
-		req.Home = home
+		req.Home, req.Resent, req.StartOver = home, true, startOver
 		return
 	}
 	req.PreviousResponse = ""
 	c.restarted++
+	c.beginAgain(req)
+}
+
+// beginAgain marks req's turn as the first of a new chain.
+func (c *chains) beginAgain(req *request.Request) {
 	if c.anew == nil {
 		c.anew = map[*request.Request]bool{}
 	}
@@ -53,6 +62,10 @@ func (c *chains) served(req *request.Request, rp *replica) {
 		c.last = map[string]request.Home{}
 	}
 	here := request.Home{Region: rp.router.name, Replica: rp.name}
+	if !req.Home.IsZero() && here != req.Home { // its home was gone: policy.Homing started it over
+		c.startedOver++
+		c.beginAgain(req)
+	}
 	if c.anew[req] { // a chain begun again is no follow-up: it went where it liked
 		delete(c.anew, req)
 		c.last[req.Session] = here
@@ -69,7 +82,7 @@ func (c *chains) served(req *request.Request, rp *replica) {
 
 // report adds the chain figures to res.
 func (c *chains) report(res *results.Result) {
-	res.ChainTurns, res.ChainsRestarted = c.chained, c.restarted
+	res.ChainTurns, res.ChainsRestarted, res.ChainsStartedOver = c.chained, c.restarted, c.startedOver
 	if c.followUps > 0 {
 		res.FollowUpsMoved = results.Round(float64(c.moved)/float64(c.followUps), 4)
 	}

@@ -101,6 +101,10 @@ type Config struct {
 	// MaxInFlight caps each replica's in-flight requests for dispatch; 0
 	// means the proxy's default (region.DefaultMaxInFlight).
 	MaxInFlight int
+	// ResponsesStartOver lets a Responses chain whose home is gone start
+	// over (the proxy's responses_start_over; the workload's turns resend
+	// their conversation whole, as the prompts they carry say).
+	ResponsesStartOver bool
 	// Retries bounds how often a request that failed before its first
 	// byte is routed again; 0 means the proxy's default.
 	Retries int

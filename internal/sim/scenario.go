@@ -123,6 +123,9 @@ type ScenarioBalancer struct {
 	FIFO bool `yaml:"fifo"`
 	// TenantMaxHeld bounds each tenant's held requests per balancer.
 	TenantMaxHeld int `yaml:"tenant_max_held"`
+	// ResponsesStartOver lets a chain whose home is gone start over
+	// (Config.ResponsesStartOver).
+	ResponsesStartOver bool `yaml:"responses_start_over"`
 }
 
 // AdmissionOn reports whether the scenario's balancers admit by SLO.
@@ -403,7 +406,7 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 		ClientRTT: time.Duration(s.ClientRTTMs * float64(time.Millisecond)),
 		Balancer: balancer.Config{MaxQueue: s.Balancer.MaxQueue, MaxWait: s.Balancer.MaxWait, FIFO: s.Balancer.FIFO,
 			TenantMaxHeld: s.Balancer.TenantMaxHeld},
-		MaxInFlight: s.Balancer.MaxInFlight, Control: region.ControlPlane{LoadInterval: s.Control.LoadInterval,
+		MaxInFlight: s.Balancer.MaxInFlight, ResponsesStartOver: s.Balancer.ResponsesStartOver, Control: region.ControlPlane{LoadInterval: s.Control.LoadInterval,
 			DigestInterval: s.Control.DigestInterval, ScrapeInterval: s.Control.Scrape, ProbeInterval: s.Control.ProbeInterval,
 			MaxWANRTT: s.Control.MaxWANRTT}}
 	if s.Balancer.AdmissionOn() {

@@ -330,7 +330,7 @@ func (w *world) handle(e event) error {
 // delay later (at once for a router in its own region), and its client
 // gives up after ClientTimeout without a first token.
 func (w *world) arrive(sr *simRequest) {
-	w.chains.arrive(sr.req)
+	w.chains.arrive(sr.req, w.cfg.ResponsesStartOver)
 	w.live[sr.req] = sr
 	w.outstanding++
 	sr.req.Arrival = w.clock(w.now)

@@ -623,24 +623,35 @@ func TestARequestNoRegionMayServeIsCountedApart(t *testing.T) {
 // TestResponsesChainsStayWhereTheyLive: in responses-chains every later
 // turn continues the previous response, which lives in one engine: none
 // moves (every policy keeps them home), and the chains living on the
-// replica that crashes break (previous_response_not_found); the same
-// sessions as plain chat move between replicas.
+// replica that crashes break (previous_response_not_found) — or, when the
+// balancers let them (responses_start_over), start over elsewhere; the
+// same sessions as plain chat move between replicas.
 func TestResponsesChainsStayWhereTheyLive(t *testing.T) {
 	s := scenario(t, "responses-chains")
 	s.Workload.Duration = 8 * time.Minute
 	s.Faults[0].At = 4 * time.Minute
-	for _, share := range []float64{1, 0} {
+	for _, tc := range []struct {
+		share     float64
+		startOver bool
+	}{{1, false}, {1, true}, {0, false}} {
+		share := tc.share
 		sc := *s
 		sc.Workload.ResponsesShare = share
+		sc.Balancer.ResponsesStartOver = tc.startOver
 		rep, err := Compare(&sc, Options{Policies: []string{"skywalker", "least-load"}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range rep.Results {
 			broken := r.Drops["previous_response_not_found"] + r.ChainsRestarted
-			t.Logf("share %v %s: %d chain turns, %d broken, %.1f%% of follow-ups moved, SLO %.4f", share, r.Policy, r.ChainTurns, broken, 100*r.FollowUpsMoved, r.SLOAttainment)
+			t.Logf("share %v, start over %v, %s: %d chain turns, %d broken, %d started over, %.1f%% of follow-ups moved, SLO %.4f",
+				share, tc.startOver, r.Policy, r.ChainTurns, broken, r.ChainsStartedOver, 100*r.FollowUpsMoved, r.SLOAttainment)
 			switch {
-			case share == 1 && (r.ChainTurns == 0 || r.FollowUpsMoved != 0 || r.Drops["previous_response_not_found"] == 0):
+			case tc.startOver && (r.ChainTurns == 0 || r.FollowUpsMoved != 0 || r.Drops["previous_response_not_found"] != 0 || r.ChainsStartedOver == 0):
+				t.Errorf("%s with chains that may start over: %d chain turns, %.2f%% moved, %d gone, %d started over; want turns, none moved or gone, some started over",
+					r.Policy, r.ChainTurns, 100*r.FollowUpsMoved, r.Drops["previous_response_not_found"], r.ChainsStartedOver)
+			case tc.startOver:
+			case share == 1 && (r.ChainTurns == 0 || r.FollowUpsMoved != 0 || r.Drops["previous_response_not_found"] == 0 || r.ChainsStartedOver != 0):
 				t.Errorf("%s with chains: %d chain turns, %.2f%% moved, %d gone with the crashed replica; want turns, none moved, some gone",
 					r.Policy, r.ChainTurns, 100*r.FollowUpsMoved, r.Drops["previous_response_not_found"])
 			case share == 0 && (r.ChainTurns != 0 || r.FollowUpsMoved == 0):
