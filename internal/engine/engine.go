@@ -495,8 +495,12 @@ func (e *Engine) commitUnits(s *Sequence) {
 }
 
 // TakeKVEvents returns the KV events recorded since the last call (with
-// Config.KVEvents), evictions first: what the engine publishes after a
-// step.
+// Config.KVEvents), evictions first. The engine publishes them after
+// BeginStep — as vLLM's scheduler does at the end of schedule(), so the
+// blocks evicted to make room for a step are heard before it runs — and
+// after EndStep, for the prompt units the step computed (vLLM announces
+// those at the schedule of the step that computes them, a step earlier:
+// a router hears of a stored block late, never of an evicted one).
 func (e *Engine) TakeKVEvents() []kvevents.Event {
 	var out []kvevents.Event
 	if ev := e.cache.evicted; len(ev) > 0 {
@@ -507,6 +511,11 @@ func (e *Engine) TakeKVEvents() []kvevents.Event {
 	e.kvEvents = e.kvEvents[:0]
 	return out
 }
+
+// KVEventsPending reports whether the engine recorded KV events since
+// TakeKVEvents was last called: a driver that publishes after every
+// BeginStep and EndStep leaves none between steps.
+func (e *Engine) KVEventsPending() bool { return len(e.cache.evicted) > 0 || len(e.kvEvents) > 0 }
 
 // release frees everything a sequence holds. Units are released deepest
 // first, so a prefix's root is the most recently used and evicted last.

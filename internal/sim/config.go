@@ -111,9 +111,9 @@ type Config struct {
 	// NoCacheTruth turns the routers' cache-truth feedback off.
 	NoCacheTruth bool
 	// KVEvents has every engine publish its KV events (what its prefix
-	// cache stores and evicts) to its router after each step, as vLLM
-	// does with --kv-events-config: the routers' indexes then rest on
-	// them (region.CacheEvents).
+	// cache stores and evicts) to its router when each step is scheduled
+	// and when it ends, as vLLM does with --kv-events-config: the routers'
+	// indexes then rest on them (region.CacheEvents).
 	KVEvents bool
 	// Router, if set, names the one region whose router serves every
 	// region (a single global router, as most deployments run one today):

@@ -284,6 +284,9 @@ func (r *router) kick(rp *replica) {
 	if !ok {
 		return
 	}
+	if r.w.cfg.KVEvents {
+		r.publishKVEvents(rp) // what scheduling the step evicted, as vLLM publishes it
+	}
 	r.w.siteBusy[rp.site] += d
 	r.w.series.busy(rp.site, r.w.now, d, rp.eng.BudgetShare())
 	r.w.push(event{at: r.w.now + d, kind: evStepEnd, router: int32(r.idx), replica: int32(rp.index), epoch: rp.epoch})
@@ -312,8 +315,10 @@ func (r *router) stepEnd(i int, epoch uint32) {
 	r.kick(rp)
 }
 
-// publishKVEvents hands the KV events of rp's last step to its router: at
-// once in its own region, a WAN crossing later for a remote replica.
+// publishKVEvents hands the KV events rp's engine recorded since it last
+// published (engine.TakeKVEvents: after each step begins and ends) to its
+// router: at once in its own region, a WAN crossing later for a remote
+// replica.
 func (r *router) publishKVEvents(rp *replica) {
 	ev := rp.eng.TakeKVEvents()
 	if len(ev) == 0 {

@@ -43,9 +43,10 @@ type world struct {
 	collect         *results.Collector
 	series          *series
 	siteBusy        []time.Duration
-	sitePreemptions []int64 // of engines lost to crashes
-	stopped         bool    // ended early: StopAfterMisses
-	chains          chains  // Responses chains and follow-up turns (chains.go)
+	sitePreemptions []int64     // of engines lost to crashes
+	stopped         bool        // ended early: StopAfterMisses
+	chains          chains      // Responses chains and follow-up turns (chains.go)
+	observe         func(event) // tests: called after each event is handled
 }
 
 // Run simulates cfg over the arrivals of src and returns the result. span
@@ -226,6 +227,9 @@ func (w *world) loop() error {
 		w.events++
 		if err := w.handle(e); err != nil {
 			return err
+		}
+		if w.observe != nil {
+			w.observe(e)
 		}
 		if limit := w.cfg.StopAfterMisses; limit > 0 && w.collect.Misses() > limit {
 			w.stopped = true

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -659,4 +660,65 @@ func TestResponsesChainsStayWhereTheyLive(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTheRouterHearsEvictionsBeforeTheStepRuns: the simulated engines
+// publish their KV events as vLLM does — the blocks scheduling a step
+// evicts as soon as it is scheduled (vLLM: at the end of schedule()), the
+// prompt blocks a step computed when it ends — so no routing decision is
+// made while an engine holds events its router has not been sent. The
+// fixture's one replica evicts at nearly every step.
+func TestTheRouterHearsEvictionsBeforeTheStepRuns(t *testing.T) {
+	data, err := os.ReadFile("testdata/evicting.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ParseScenario(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, wl, err := s.Build("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Policy, cfg.KVEvents = "skywalker", true
+	src, err := wl.Source()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := newWorld(cfg, src, wl.Span, wl.BlockTokens)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.pullArrival(); err != nil {
+		t.Fatal(err)
+	}
+	unsent := 0
+	w.observe = func(e event) {
+		for _, r := range w.routers {
+			for _, rp := range r.replicas {
+				if rp.eng.KVEventsPending() {
+					if unsent++; unsent == 1 {
+						t.Errorf("at %v, after event kind %d, replica %s holds KV events its router has not been sent", w.now, e.kind, rp.name)
+					}
+				}
+			}
+		}
+	}
+	if err := w.loop(); err != nil {
+		t.Fatal(err)
+	}
+	if unsent > 0 {
+		t.Errorf("%d times an engine held KV events its router had not been sent", unsent)
+	}
+	var evictions int64
+	for _, r := range w.routers {
+		for _, rp := range r.replicas {
+			evictions += rp.eng.Stats().Evictions
+		}
+	}
+	if evictions == 0 {
+		t.Fatal("the fixture evicted nothing: it tests nothing")
+	}
+	t.Logf("%d prefix units evicted", evictions)
 }

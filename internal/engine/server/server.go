@@ -204,7 +204,12 @@ func (s *Server) Run(ctx context.Context) {
 			now = lastEnd
 		}
 		d, ok := s.eng.BeginStep(now)
+		var kv []kvevents.Event
+		if s.kv != nil {
+			kv = s.eng.TakeKVEvents() // what scheduling the step evicted
+		}
 		s.mu.Unlock()
+		s.publishKVEvents(kv)
 		if !ok {
 			select {
 			case <-s.wake:
@@ -222,7 +227,7 @@ func (s *Server) Run(ctx context.Context) {
 		}
 		s.mu.Lock()
 		s.eng.EndStep(end, sink{s})
-		var kv []kvevents.Event
+		kv = nil
 		if s.kv != nil {
 			kv = s.eng.TakeKVEvents()
 		}
