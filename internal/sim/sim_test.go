@@ -323,11 +323,19 @@ func burstWorld(t *testing.T, faults ...ScenarioFault) *world {
 	t.Helper()
 	s := scenario(t, "burst")
 	s.Faults = faults
+	return scenarioWorld(t, s, func(cfg *Config) { cfg.Bucket = time.Second })
+}
+
+// scenarioWorld is s's world under skywalker, configured by set, with its
+// first arrival queued: a test runs its events (runUntil, loop).
+func scenarioWorld(t *testing.T, s *Scenario, set func(*Config)) *world {
+	t.Helper()
 	cfg, wl, err := s.Build("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Policy, cfg.Bucket = "skywalker", time.Second
+	cfg.Policy = "skywalker"
+	set(&cfg)
 	src, err := wl.Source()
 	if err != nil {
 		t.Fatal(err)
@@ -677,22 +685,7 @@ func TestTheRouterHearsEvictionsBeforeTheStepRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, wl, err := s.Build("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Policy, cfg.KVEvents = "skywalker", true
-	src, err := wl.Source()
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := newWorld(cfg, src, wl.Span, wl.BlockTokens)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.pullArrival(); err != nil {
-		t.Fatal(err)
-	}
+	w := scenarioWorld(t, s, func(cfg *Config) { cfg.KVEvents = true })
 	unsent := 0
 	w.observe = func(e event) {
 		for _, r := range w.routers {
