@@ -97,7 +97,7 @@ func (r *reader) batch() (Batch, error) {
 	if err != nil {
 		return b, err
 	}
-	if msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32 {
+	if isMap(c) {
 		n, err := r.mapLen()
 		if err != nil {
 			return b, err
@@ -193,7 +193,7 @@ func (r *reader) event() (Event, error) {
 	if err != nil {
 		return e, err
 	}
-	if msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32 {
+	if isMap(c) {
 		n, err := r.mapLen()
 		if err != nil {
 			return e, err
@@ -415,6 +415,9 @@ func (r *reader) countArray() (int, error) {
 	return n, nil
 }
 
+// isMap reports whether c begins a msgpack map (fixmap, map 16, map 32).
+func isMap(c byte) bool { return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32 }
+
 // skip skips one value of any type, refusing nesting deeper than maxDepth
 // (the library's own Skip recurses without bound).
 func (r *reader) skip(depth int) error {
@@ -437,7 +440,7 @@ func (r *reader) skip(depth int) error {
 			}
 		}
 		return nil
-	case msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32:
+	case isMap(c):
 		n, err := r.mapLen()
 		if err != nil {
 			return err
