@@ -91,6 +91,16 @@ var Set = []Entry{
 	{Scenario: "two-models", Model: "llama-8b", Role: Evaluation},
 	{Scenario: "two-models", Model: "llama-70b", Role: Evaluation},
 	{Scenario: "lora-adapters", Role: Evaluation},
+	// Wave 4's out-of-sample fleets, committed before the rule changes
+	// they judge (issue 37): regions on three GPU generations, a WAN that
+	// browns out at the peaks, agents on Responses chains with growing
+	// contexts, a code assistant on the Azure code trace, six regions
+	// with three far ones.
+	{Scenario: "mixed-gpus", Role: Evaluation},
+	{Scenario: "wan-brownout", Role: Evaluation},
+	{Scenario: "agent-chains", Role: Evaluation},
+	{Scenario: "code-assistant", Role: Evaluation},
+	{Scenario: "six-regions-far", Role: Evaluation},
 }
 
 // Variant is one policy as deployed: a router per region (Router empty),
