@@ -74,6 +74,9 @@ type Sequence struct {
 	// Outcome.
 	CachedTokens int // prompt tokens served from the prefix cache at first admission
 	Generated    int
+	// StartedAt is when its first step was scheduled: the end of its wait
+	// in the engine's queue and the start of its prefill.
+	StartedAt    time.Time
 	FirstTokenAt time.Time
 	FinishedAt   time.Time
 	Preemptions  int
@@ -326,6 +329,9 @@ func (e *Engine) BeginStep(now time.Time) (time.Duration, bool) {
 			e.waiting, e.waitHead, i = e.waiting[:0], 0, 0
 		}
 		s.state = stateRunning
+		if s.StartedAt.IsZero() {
+			s.StartedAt = now
+		}
 		e.running = append(e.running, s)
 		schedule(s, n)
 	}

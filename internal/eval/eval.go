@@ -327,7 +327,24 @@ type VariantResult struct {
 	// Load and Size are the curves.
 	Load []Point `json:"load_curve"`
 	Size []Point `json:"size_curve"`
+	// The admission audit, at the planned fleet and 1× load: the same
+	// arrivals once more with SLO-aware admission off. RefusedButServable
+	// is, per seed, the requests refused or shed that the run without
+	// admission answered within the SLO; Share, as a share of requests.
+	// NoAdmission is that run's figures.
+	RefusedButServable      *Stat    `json:"refused_but_servable,omitempty"`
+	RefusedButServableShare *Stat    `json:"refused_but_servable_share,omitempty"`
+	NoAdmission             *Metrics `json:"no_admission,omitempty"`
+	// LoadNoAdmission and SizeNoAdmission are the curves with admission
+	// off (SkyWalker's only): at no load and no size should admission
+	// lower its SLO attainment.
+	LoadNoAdmission []Point `json:"load_curve_no_admission,omitempty"`
+	SizeNoAdmission []Point `json:"size_curve_no_admission,omitempty"`
 }
+
+// audited reports whether the variant's curves are run with admission off
+// too: SkyWalker's, whose admission the audit judges.
+func (v Variant) audited() bool { return v.Policy == "skywalker" && v.Router == "" && !v.Pooled }
 
 // Metrics are one configuration's figures over seeds.
 type Metrics struct {
@@ -341,6 +358,16 @@ type Metrics struct {
 	// RemoteP50 is the TTFT p50 of clients outside the scenario's first
 	// region (where a single router would run), averaged over regions.
 	RemoteP50 Stat `json:"remote_clients_ttft_p50_ms"`
+	// Where the time to first token goes (means over completed requests,
+	// ms; see results.TTFTParts), requests refused and shed, and what the
+	// SLO misses are owed to (mean count per seed, by results.MissCauses).
+	HoldMean        Stat               `json:"hold_mean_ms"`
+	NetworkMean     Stat               `json:"network_mean_ms"`
+	EngineQueueMean Stat               `json:"engine_queue_mean_ms"`
+	PrefillMean     Stat               `json:"prefill_mean_ms"`
+	Refused         Stat               `json:"refused"`
+	Shed            Stat               `json:"shed"`
+	MissCauses      map[string]float64 `json:"miss_causes,omitempty"`
 }
 
 // Point is one point of a curve.
@@ -587,7 +614,16 @@ func (p *scenarioPlan) cap() int { return 2 * p.planned }
 func (p *scenarioPlan) estimatedRuns() int {
 	const searchRuns = 5
 	perSeed := searchRuns + len(p.loads) + len(p.sizes) - 1
-	return len(p.variants) * perSeed * p.seeds
+	n := len(p.variants) * perSeed * p.seeds
+	if containsOne(p.loads) { // the admission audit
+		n += len(p.variants) * p.seeds
+		for _, v := range p.variants {
+			if v.audited() {
+				n += (len(p.loads) + len(p.sizes) - 2) * p.seeds
+			}
+		}
+	}
+	return n
 }
 
 // evaluator runs simulations, at most Parallel at once.
@@ -608,6 +644,9 @@ type job struct {
 	replicas  int
 	load      float64
 	stopEarly bool // only whether it meets the target matters
+	// noAdmission runs it with SLO-aware admission off; record keeps
+	// every request's outcome (for the admission audit).
+	noAdmission, record bool
 }
 
 // simulate runs one job.
@@ -637,6 +676,10 @@ func (e *evaluator) simulate(ctx context.Context, j job) (*results.Result, error
 			r.Pools = append(r.Pools, sim.ScenarioPool{Model: m.Name, Replicas: n})
 		}
 	}
+	if j.noAdmission {
+		off := false
+		sc.Balancer.Admission = &off
+	}
 	if j.load != 1 {
 		sc.Workload.PeakRPS *= j.load
 		if sc.Workload.Speedup == 0 {
@@ -649,6 +692,7 @@ func (e *evaluator) simulate(ctx context.Context, j job) (*results.Result, error
 		return nil, fmt.Errorf("eval %s: %w", sc.Name, err)
 	}
 	cfg.Policy, cfg.Router, cfg.Model = j.variant.Policy, j.variant.Router, j.plan.entry.Model
+	cfg.RecordOutcomes = j.record
 	if j.variant.Pooled {
 		pool(&cfg, sc.Regions[0].Name)
 	}
@@ -798,15 +842,22 @@ func (e *evaluator) search(ctx context.Context, p *scenarioPlan, v Variant, seed
 }
 
 // scenario evaluates every variant of one scenario.
+// seedRuns are one variant's simulations at one seed.
+type seedRuns struct {
+	min   int
+	atMin *results.Result
+	loads []*results.Result
+	sizes []*results.Result
+	// With admission off: the audit's run (planned fleet, 1×), and for an
+	// audited variant the curves (nil at the nominal point, which is the
+	// audit's run).
+	audit              *results.Result
+	loadsOff, sizesOff []*results.Result
+}
+
 func (e *evaluator) scenario(ctx context.Context, p *scenarioPlan) (*ScenarioResult, error) {
 	res := &ScenarioResult{Name: p.name(), Role: p.entry.Role, Description: strings.TrimSpace(p.sc.Description),
 		SLO: p.sc.SLO.Objective().String(), Planned: p.planned, Placement: p.placed, Isolated: p.isolated, Cap: p.cap()}
-	type seedRuns struct {
-		min   int
-		atMin *results.Result
-		loads []*results.Result
-		sizes []*results.Result
-	}
 	runs := make([][]seedRuns, len(p.variants))
 	var wg sync.WaitGroup
 	var firstErr error
@@ -822,6 +873,20 @@ func (e *evaluator) scenario(ctx context.Context, p *scenarioPlan) (*ScenarioRes
 	for i, s := range p.sizes {
 		sizeNs[i] = max(len(p.sc.Regions), int(math.Round(s*float64(p.planned))))
 	}
+	// run starts one simulation, its result stored in *into.
+	run := func(into **results.Result, j job) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r, err := e.run(ctx, j)
+			if err != nil {
+				fail(err)
+				return
+			}
+			*into = r
+		}()
+	}
+	audit := containsOne(p.loads)
 	for vi, v := range p.variants {
 		runs[vi] = make([]seedRuns, p.seeds)
 		for si := range p.seeds {
@@ -840,31 +905,32 @@ func (e *evaluator) scenario(ctx context.Context, p *scenarioPlan) (*ScenarioRes
 				sr.min, sr.atMin = n, best
 			}()
 			for li, load := range p.loads {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					r, err := e.run(ctx, job{plan: p, variant: v, seed: seed, replicas: p.planned, load: load})
-					if err != nil {
-						fail(err)
-						return
-					}
-					sr.loads[li] = r
-				}()
+				run(&sr.loads[li], job{plan: p, variant: v, seed: seed, replicas: p.planned, load: load, record: load == 1})
 			}
 			for zi, n := range sizeNs {
 				if n == p.planned && containsOne(p.loads) {
 					continue // the load curve's nominal point
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					r, err := e.run(ctx, job{plan: p, variant: v, seed: seed, replicas: n, load: 1})
-					if err != nil {
-						fail(err)
-						return
-					}
-					sr.sizes[zi] = r
-				}()
+				run(&sr.sizes[zi], job{plan: p, variant: v, seed: seed, replicas: n, load: 1})
+			}
+			if !audit {
+				continue
+			}
+			run(&sr.audit, job{plan: p, variant: v, seed: seed, replicas: p.planned, load: 1, noAdmission: true, record: true})
+			if !v.audited() {
+				continue
+			}
+			sr.loadsOff = make([]*results.Result, len(p.loads))
+			sr.sizesOff = make([]*results.Result, len(p.sizes))
+			for li, load := range p.loads {
+				if load != 1 {
+					run(&sr.loadsOff[li], job{plan: p, variant: v, seed: seed, replicas: p.planned, load: load, noAdmission: true})
+				}
+			}
+			for zi, n := range sizeNs {
+				if n != p.planned {
+					run(&sr.sizesOff[zi], job{plan: p, variant: v, seed: seed, replicas: n, load: 1, noAdmission: true})
+				}
 			}
 		}
 	}
@@ -910,11 +976,53 @@ func (e *evaluator) scenario(ctx context.Context, p *scenarioPlan) (*ScenarioRes
 			}
 			vr.Size = append(vr.Size, Point{X: float64(n), Replicas: n, Metrics: metricsOf(rs, remote)})
 		}
+		if audit {
+			auditVariant(vr, runs[vi], p, sizeNs, remote)
+		}
 		res.Variants = append(res.Variants, vr)
 	}
 	res.Bound = pickBound(res.Variants)
 	res.Targets = targets(res, p, e.opt.Target)
 	return res, nil
+}
+
+// auditVariant fills vr's admission audit from its seeds' runs: the run
+// at the planned fleet and 1× load against the same without admission,
+// and the curves without admission where the variant has them.
+func auditVariant(vr *VariantResult, seeds []seedRuns, p *scenarioPlan, sizeNs []int, remote string) {
+	var counts, shares []float64
+	var withouts []*results.Result
+	for _, s := range seeds {
+		with := s.loads[indexOfOne(p.loads)]
+		n := results.RefusedButServable(with, s.audit)
+		counts = append(counts, float64(n))
+		shares = append(shares, float64(n)/float64(max(with.Requests, 1)))
+		withouts = append(withouts, s.audit)
+	}
+	c, sh, m := Summarize(counts), Summarize(shares), metricsOf(withouts, remote)
+	vr.RefusedButServable, vr.RefusedButServableShare, vr.NoAdmission = &c, &sh, &m
+	if len(seeds) == 0 || seeds[0].loadsOff == nil {
+		return
+	}
+	curve := func(pick func(seedRuns) *results.Result) Metrics {
+		var rs []*results.Result
+		for _, s := range seeds {
+			r := pick(s)
+			if r == nil {
+				r = s.audit // the nominal point
+			}
+			rs = append(rs, r)
+		}
+		return metricsOf(rs, remote)
+	}
+	for li, load := range p.loads {
+		vr.LoadNoAdmission = append(vr.LoadNoAdmission, Point{X: load, Replicas: p.planned,
+			Metrics: curve(func(s seedRuns) *results.Result { return s.loadsOff[li] })})
+	}
+	for zi, n := range sizeNs {
+		vr.SizeNoAdmission = append(vr.SizeNoAdmission, Point{X: float64(n), Replicas: n,
+			Metrics: curve(func(s seedRuns) *results.Result { return s.sizesOff[zi] })})
+	}
 }
 
 func containsOne(xs []float64) bool { return indexOfOne(xs) >= 0 }
@@ -961,5 +1069,30 @@ func metricsOf(rs []*results.Result, routerRegion string) Metrics {
 		}
 		return sum / float64(n)
 	})
+	part := func(f func(*results.TimeParts) float64) func(*results.Result) float64 {
+		return func(r *results.Result) float64 {
+			if r.TimeParts == nil {
+				return 0
+			}
+			return f(r.TimeParts)
+		}
+	}
+	m.HoldMean = col(part(func(tp *results.TimeParts) float64 { return tp.HoldMeanMs }))
+	m.NetworkMean = col(part(func(tp *results.TimeParts) float64 { return tp.NetworkMeanMs }))
+	m.EngineQueueMean = col(part(func(tp *results.TimeParts) float64 { return tp.EngineQueueMeanMs }))
+	m.PrefillMean = col(part(func(tp *results.TimeParts) float64 { return tp.PrefillMeanMs }))
+	m.Refused = col(func(r *results.Result) float64 { return float64(r.Refused) })
+	m.Shed = col(func(r *results.Result) float64 { return float64(r.Shed) })
+	for _, r := range rs {
+		if r.TimeParts == nil {
+			continue
+		}
+		for cause, n := range r.TimeParts.Misses {
+			if m.MissCauses == nil {
+				m.MissCauses = map[string]float64{}
+			}
+			m.MissCauses[cause] += float64(n) / float64(len(rs))
+		}
+	}
 	return m
 }

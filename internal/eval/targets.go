@@ -1,6 +1,9 @@
 package eval
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Target is one of the evaluation's goals on one scenario, met or not.
 type Target struct {
@@ -109,7 +112,46 @@ func targets(res *ScenarioResult, p *scenarioPlan, target float64) []Target {
 	}
 	out = append(out, Target{Goal: "at every load: SLO attainment and goodput no worse than the best other policy; cache hits within 10% of cache-aware's",
 		Met: len(worse) == 0, Detail: detail})
-	return out
+	return append(out, admissionTargets(sky)...)
+}
+
+// RefusedButServableLimit is the share of requests admission may refuse or
+// shed that the same run without admission served within the SLO.
+const RefusedButServableLimit = 0.001
+
+// admissionTargets are the admission audit's goals: admission refuses
+// almost nothing that could have been served, and at no load and no size
+// does it lower SLO attainment (within the interval).
+func admissionTargets(sky *VariantResult) []Target {
+	if sky.RefusedButServableShare == nil {
+		return nil
+	}
+	share := sky.RefusedButServableShare
+	out := []Target{{Goal: fmt.Sprintf("refused but servable ≤ %.1f%% of requests at 1× load", 100*RefusedButServableLimit),
+		Met: share.Mean <= RefusedButServableLimit,
+		Detail: fmt.Sprintf("%.2f%% (%s requests per seed refused or shed that the run without admission served within the SLO)",
+			100*share.Mean, sky.RefusedButServable.Format(1))}}
+	if len(sky.LoadNoAdmission) == 0 {
+		return out
+	}
+	var lower []string
+	check := func(what string, with, without Point) {
+		if with.SLOAttainment.Mean < without.SLOAttainment.Mean && !with.SLOAttainment.Ties(without.SLOAttainment) {
+			lower = append(lower, fmt.Sprintf("%s: %.1f%% with, %.1f%% without", what, 100*with.SLOAttainment.Mean, 100*without.SLOAttainment.Mean))
+		}
+	}
+	for i, pt := range sky.Load {
+		check(fmt.Sprintf("%g× load", pt.X), pt, sky.LoadNoAdmission[i])
+	}
+	for i, pt := range sky.Size {
+		check(fmt.Sprintf("%d replicas", pt.Replicas), pt, sky.SizeNoAdmission[i])
+	}
+	detail := "at every load and size"
+	if len(lower) > 0 {
+		detail = strings.Join(lower, "; ")
+	}
+	return append(out, Target{Goal: "admission never lowers SLO attainment (every load and size, against the same runs without it)",
+		Met: len(lower) == 0, Detail: detail})
 }
 
 // remoteClientsTarget compares the TTFT p50 of clients outside the single

@@ -18,6 +18,7 @@ import (
 	"skywalker/internal/apierr"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
+	"skywalker/internal/results"
 )
 
 // completion handles /v1/chat/completions and /v1/completions: parse,
@@ -395,8 +396,9 @@ func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 		Replicas  []replicaView `json:"replicas"`
 		Peers     []peerView    `json:"peers"`
 		Queue     any           `json:"queue"`
+		Hold      holdSummary   `json:"hold"`
 		Decisions []Decision    `json:"recent_decisions"`
-	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: snap.policy, Queue: snap.held, Decisions: snap.recent}
+	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: snap.policy, Queue: snap.held, Hold: summarizeHold(snap.recent), Decisions: snap.recent}
 	for _, h := range snap.states {
 		m, url := h.metrics, ""
 		for _, rp := range snap.replicas {
@@ -413,6 +415,36 @@ func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 			Loss: p.Loss, GateOpen: p.GateOpen, Gate: p.Gate, AgeMs: float64(p.DataAge) / 1e6, Queued: p.Load.Queued, Replicas: p.Load.Replicas})
 	}
 	writeJSON(w, 200, out)
+}
+
+// holdSummary is how long the recent decisions' requests were held in the
+// balancer queue before they left it (dispatched, forwarded, refused or
+// shed): where a request's time goes before any engine sees it. The
+// histogram skywalker_queue_wait_seconds has the whole history.
+type holdSummary struct {
+	Decisions int     `json:"decisions"` // recent decisions summarised
+	Held      int     `json:"held"`      // of which held at all
+	P50Ms     float64 `json:"p50_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	MaxMs     float64 `json:"max_ms"`
+}
+
+// summarizeHold summarises the hold of recent decisions.
+func summarizeHold(recent []Decision) holdSummary {
+	ms := make([]float64, 0, len(recent))
+	out := holdSummary{Decisions: len(recent)}
+	for _, d := range recent {
+		if d.waited > 0 {
+			out.Held++
+		}
+		ms = append(ms, results.Ms(d.waited))
+	}
+	slices.Sort(ms)
+	out.P50Ms, out.P99Ms = results.Round(results.Percentile(ms, 0.5), 1), results.Round(results.Percentile(ms, 0.99), 1)
+	if len(ms) > 0 {
+		out.MaxMs = results.Round(ms[len(ms)-1], 1)
+	}
+	return out
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestClientsAskForCriticalOnlyWhereTheOperatorLetsThem: the class a
@@ -56,5 +57,18 @@ func TestClientsAskForCriticalOnlyWhereTheOperatorLetsThem(t *testing.T) {
 				t.Errorf("the refusal must name the setting that allows it: %s", msg)
 			}
 		})
+	}
+}
+
+func TestTheDebugPageSummarisesHowLongRecentRequestsWereHeld(t *testing.T) {
+	ms := time.Millisecond
+	recent := []Decision{{waited: 0}, {waited: 0}, {waited: 40 * ms}, {waited: 1500 * ms}}
+	got := summarizeHold(recent)
+	want := holdSummary{Decisions: 4, Held: 2, P50Ms: 0, P99Ms: 1500, MaxMs: 1500}
+	if got != want {
+		t.Errorf("summary %+v, want %+v", got, want)
+	}
+	if got := summarizeHold(nil); got != (holdSummary{}) {
+		t.Errorf("no decisions: %+v, want zeros", got)
 	}
 }

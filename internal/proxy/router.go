@@ -80,6 +80,7 @@ type Decision struct {
 	Reason string    `json:"reason"`
 	Waited string    `json:"waited,omitempty"`
 	Error  string    `json:"error,omitempty"`
+	waited time.Duration
 }
 
 // RouterOptions are a router's collaborators.
@@ -361,7 +362,8 @@ func (r *Router) delivered(a *region.Attempt) {
 }
 
 func (r *Router) record(a *region.Attempt) {
-	rec := Decision{At: r.now(), ID: a.Request.ID, Action: a.Decision.Action.String(), Region: a.Decision.Region, Reason: string(a.Decision.Reason)}
+	rec := Decision{At: r.now(), ID: a.Request.ID, Action: a.Decision.Action.String(), Region: a.Decision.Region, Reason: string(a.Decision.Reason),
+		waited: a.Waited}
 	if a.Waited > 0 {
 		rec.Waited = a.Waited.String()
 	}

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -18,6 +19,7 @@ import (
 	"gonum.org/v1/plot/vg"
 
 	"skywalker/internal/eval"
+	"skywalker/internal/results"
 )
 
 // PaperClaims are the SkyWalker paper's own headline numbers (EuroSys '26,
@@ -120,6 +122,16 @@ func EvalMarkdown(w io.Writer, rep *eval.Report, figures map[string][]string) er
 		"costs nothing).\n\n")
 	b.WriteString(SummaryTable(rep))
 	b.WriteString("\n")
+	if audit := AuditTable(rep); audit != "" {
+		b.WriteString("## Admission audit and where the time goes\n\n")
+		b.WriteString("SkyWalker at the planned fleet and 1× load, run again on the same arrivals with SLO-aware admission off. " +
+			"*Refused but servable*: requests refused or shed that the run without admission answered within the SLO. " +
+			"The time to first token of completed requests, split (means, ms): held in balancer queues, on the network " +
+			"(client link, WAN), in the engine's queue, in prefill; and what the SLO misses are owed to (a late request to " +
+			"its largest part).\n\n")
+		b.WriteString(audit)
+		b.WriteString("\n")
+	}
 	for _, s := range rep.Scenarios {
 		fmt.Fprintf(&b, "## `%s` (%s)\n\n%s\n\n", s.Name, s.Role, s.Description)
 		fmt.Fprintf(&b, "TTFT SLO %s. Planned fleet (peak of the summed demand): %d replicas %s", s.SLO, s.Planned, placementString(s.Placement))
@@ -138,6 +150,8 @@ func EvalMarkdown(w io.Writer, rep *eval.Report, figures map[string][]string) er
 		b.WriteString(loadTable(s, rep.Loads))
 		b.WriteString("\n")
 		b.WriteString(sizeTable(s))
+		b.WriteString("\n")
+		b.WriteString(TimeTable(s))
 		b.WriteString("\nGoals:\n\n")
 		for _, t := range s.Targets {
 			mark := "met"
@@ -407,4 +421,85 @@ func p99VsSize(s *eval.ScenarioResult, _ float64) (*plot.Plot, error) {
 	return curve(s.Name+": TTFT p99 against reservation", "replicas", "TTFT p99 (ms, log)",
 		s, true, func(v *eval.VariantResult) []eval.Point { return v.Size },
 		func(p eval.Point) float64 { return p.TTFTP99.Mean })
+}
+
+// missCauses says what a configuration's SLO misses are owed to, largest
+// share first ("hold 61% · refused 30%"), or "none".
+func missCauses(m eval.Metrics) string {
+	total := 0.0
+	for _, n := range m.MissCauses {
+		total += n
+	}
+	if total == 0 {
+		return "none"
+	}
+	causes := slices.Clone(results.MissCauses)
+	sort.SliceStable(causes, func(i, j int) bool { return m.MissCauses[causes[i]] > m.MissCauses[causes[j]] })
+	var parts []string
+	for _, c := range causes {
+		if n := m.MissCauses[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", c, 100*n/total))
+		}
+	}
+	return strings.Join(parts, " · ")
+}
+
+// TimeTable is a Markdown table of where every variant's time to first
+// token goes at the planned fleet and 1× load, what its misses are owed
+// to, and its admission audit.
+func TimeTable(s *eval.ScenarioResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Where the time goes at the planned fleet (%d replicas), 1× load — means over completed requests, ms; "+
+		"refused and shed per seed; the SLO misses by cause; refused but servable (against the same arrivals with admission off):\n\n", s.Planned)
+	b.WriteString("| policy | hold | network | engine queue | prefill | refused | shed | misses owed to | refused but servable | SLO without admission |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n")
+	for _, v := range s.Variants {
+		m, ok := nominal(v)
+		if !ok {
+			continue
+		}
+		rbs, without := "-", "-"
+		if v.RefusedButServable != nil {
+			rbs = fmt.Sprintf("%s (%.2f%%)", v.RefusedButServable.Format(1), 100*v.RefusedButServableShare.Mean)
+		}
+		if v.NoAdmission != nil {
+			without = pct1(v.NoAdmission.SLOAttainment)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v.Variant, m.HoldMean.Format(0), m.NetworkMean.Format(0),
+			m.EngineQueueMean.Format(0), m.PrefillMean.Format(0), m.Refused.Format(1), m.Shed.Format(1), missCauses(m), rbs, without)
+	}
+	return b.String()
+}
+
+// nominal is a variant's figures at the planned fleet and 1× load.
+func nominal(v *eval.VariantResult) (eval.Metrics, bool) {
+	for _, p := range v.Load {
+		if p.X == 1 {
+			return p.Metrics, true
+		}
+	}
+	return eval.Metrics{}, false
+}
+
+// AuditTable is a Markdown table, one row per scenario, of SkyWalker's
+// admission audit and where its time goes at the planned fleet and 1×
+// load; empty when the run has no audit.
+func AuditTable(rep *eval.Report) string {
+	var b strings.Builder
+	for _, s := range rep.Scenarios {
+		for _, v := range s.Variants {
+			if v.Variant != "skywalker" || v.RefusedButServable == nil {
+				continue
+			}
+			m, _ := nominal(v)
+			if b.Len() == 0 {
+				b.WriteString("| scenario | SLO | SLO without admission | refused | shed | refused but servable | hold | network | engine queue | prefill | misses owed to |\n")
+				b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s (%.2f%%) | %s | %s | %s | %s | %s |\n", s.Name, pct1(m.SLOAttainment), pct1(v.NoAdmission.SLOAttainment),
+				m.Refused.Format(1), m.Shed.Format(1), v.RefusedButServable.Format(1), 100*v.RefusedButServableShare.Mean,
+				m.HoldMean.Format(0), m.NetworkMean.Format(0), m.EngineQueueMean.Format(0), m.PrefillMean.Format(0), missCauses(m))
+		}
+	}
+	return b.String()
 }

@@ -121,7 +121,48 @@ func Table(w io.Writer, rep *results.Report) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := timeTable(w, rep, false); err != nil {
+		return err
+	}
 	return breakdowns(w, rep, false, maxTableTenants)
+}
+
+// timeTable writes, for runs that know where their requests' time went
+// (the simulator's), each part of the time to first token (mean / p99 of
+// the completed requests: held in balancer queues, on the network, in the
+// engine's queue, in prefill) and what the SLO misses are owed to.
+func timeTable(w io.Writer, rep *results.Report, markdown bool) error {
+	if !slices.ContainsFunc(rep.Results, func(r *results.Result) bool { return r.TimeParts != nil }) {
+		return nil
+	}
+	heads := []string{"policy", "hold ms", "network ms", "engine queue ms", "prefill ms", "SLO misses owed to"}
+	part := func(mean, p99 float64) string { return fmt.Sprintf("%.0f / %.0f", mean, p99) }
+	var rows [][]string
+	for _, r := range rep.Results {
+		tp := r.TimeParts
+		if tp == nil {
+			continue
+		}
+		rows = append(rows, []string{r.Policy, part(tp.HoldMeanMs, tp.HoldP99Ms), part(tp.NetworkMeanMs, tp.NetworkP99Ms),
+			part(tp.EngineQueueMeanMs, tp.EngineQueueP99Ms), part(tp.PrefillMeanMs, tp.PrefillP99Ms), tp.MissSummary()})
+	}
+	const title = "where the time to first token goes (mean / p99 of completed requests) and what the SLO misses are owed to"
+	if markdown {
+		var b strings.Builder
+		b.WriteString("\n" + strings.ToUpper(title[:1]) + title[1:] + ":\n\n| " + strings.Join(heads, " | ") + " |\n|---|" + strings.Repeat("---:|", len(heads)-2) + "---|\n")
+		for _, row := range rows {
+			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		}
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	fmt.Fprintln(w, "\n"+title+":")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, strings.Join(heads, "\t")+"\t")
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	return tw.Flush()
 }
 
 // maxTableTenants: the tables break a run down by tenant only up to this
@@ -207,6 +248,9 @@ func Markdown(w io.Writer, rep *results.Report) error {
 			b.WriteString(" " + c.cell(r) + " |")
 		}
 		b.WriteString("\n")
+	}
+	if err := timeTable(&b, rep, true); err != nil {
+		return err
 	}
 	if err := breakdowns(&b, rep, true, maxTableTenants); err != nil {
 		return err

@@ -7,6 +7,7 @@ package results
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"skywalker/internal/request"
 	"slices"
@@ -78,6 +79,10 @@ type Result struct {
 
 	Preemptions int64   `json:"preemptions"` // engine preemptions (recomputations) over all replicas
 	HoldP99Ms   float64 `json:"hold_p99_ms"` // time requests spent held in balancer queues, p99
+	// TimeParts is where the completed requests' time to first token
+	// went and what each SLO miss is owed to, when the driver knows
+	// (the simulator); nil otherwise.
+	TimeParts *TimeParts `json:"time_parts,omitempty"`
 
 	// Admission: Refused is requests refused on arrival (429: overloaded,
 	// queue full), Shed those shed from a queue past their objective;
@@ -103,6 +108,23 @@ type Result struct {
 	Stopped bool `json:"stopped,omitempty"`
 
 	Series *Series `json:"-"`
+	// Outcomes are every request's outcome by id, when the run recorded
+	// them (Collector.RecordOutcomes).
+	Outcomes map[string]string `json:"-"`
+}
+
+// RefusedButServable counts the requests refused or shed in r that were
+// answered within the SLO in without, a run of the same arrivals without
+// admission: what admission refused that could have been served. Both
+// must have recorded their outcomes.
+func RefusedButServable(r, without *Result) int {
+	n := 0
+	for id, o := range r.Outcomes {
+		if (Refusal(o) || o == "shed") && without.Outcomes[id] == OutcomeMet {
+			n++
+		}
+	}
+	return n
 }
 
 // RegionStats are one ingress region's figures.
@@ -119,6 +141,99 @@ type RegionStats struct {
 	TTFTP50Ms    Millis  `json:"ttft_p50_ms"`
 	TTFTP99Ms    Millis  `json:"ttft_p99_ms"`
 	CacheHitRate float64 `json:"cache_hit_rate"`
+}
+
+// TTFTParts splits one completed request's time to first token: held in
+// balancer queues (the ingress's and, forwarded, the serving region's),
+// on the network (the client's link, a forward's WAN crossings, a
+// dispatch to a remote replica), waiting in the engine's queue, and in
+// prefill (from its first scheduled step to its first token, a
+// preemption's recomputation included).
+type TTFTParts struct {
+	Hold, Network, EngineQueue, Prefill time.Duration
+}
+
+// The causes a miss is put down to: the largest part of a late request's
+// time to first token, or how a request that was never answered ended.
+const (
+	CauseHold        = "hold"
+	CauseNetwork     = "network"
+	CauseEngineQueue = "engine_queue"
+	CausePrefill     = "prefill"
+	CauseRefused     = "refused"
+	CauseShed        = "shed"
+	CauseFailed      = "failed" // dropped otherwise: timed out, failed, given up
+)
+
+// MissCauses lists the causes in the order tables print them.
+var MissCauses = []string{CauseHold, CauseNetwork, CauseEngineQueue, CausePrefill, CauseRefused, CauseShed, CauseFailed}
+
+// cause is what a late request's miss is put down to: its largest part.
+func (p TTFTParts) cause() string {
+	c, most := CauseHold, p.Hold
+	for _, x := range []struct {
+		name string
+		d    time.Duration
+	}{{CauseNetwork, p.Network}, {CauseEngineQueue, p.EngineQueue}, {CausePrefill, p.Prefill}} {
+		if x.d > most {
+			c, most = x.name, x.d
+		}
+	}
+	return c
+}
+
+// dropCause is what a request that was never answered is put down to.
+func dropCause(reason string) string {
+	switch {
+	case Refusal(reason):
+		return CauseRefused
+	case reason == "shed":
+		return CauseShed
+	}
+	return CauseFailed
+}
+
+// TimeParts are a run's TTFT parts: mean and p99 of each over completed
+// requests, and how many SLO misses each cause accounts for.
+type TimeParts struct {
+	HoldMeanMs        float64        `json:"hold_mean_ms"`
+	HoldP99Ms         float64        `json:"hold_p99_ms"`
+	NetworkMeanMs     float64        `json:"network_mean_ms"`
+	NetworkP99Ms      float64        `json:"network_p99_ms"`
+	EngineQueueMeanMs float64        `json:"engine_queue_mean_ms"`
+	EngineQueueP99Ms  float64        `json:"engine_queue_p99_ms"`
+	PrefillMeanMs     float64        `json:"prefill_mean_ms"`
+	PrefillP99Ms      float64        `json:"prefill_p99_ms"`
+	Misses            map[string]int `json:"miss_causes,omitempty"`
+}
+
+// MissSummary says in a few words what the misses are owed to, largest
+// share first: "hold 61% · refused 30% · prefill 9%", or "none".
+func (tp *TimeParts) MissSummary() string {
+	if tp == nil {
+		return ""
+	}
+	total := 0
+	for _, n := range tp.Misses {
+		total += n
+	}
+	if total == 0 {
+		return "none"
+	}
+	causes := slices.Clone(MissCauses)
+	slices.SortStableFunc(causes, func(a, b string) int { return tp.Misses[b] - tp.Misses[a] })
+	out := ""
+	for _, c := range causes {
+		n := tp.Misses[c]
+		if n == 0 {
+			continue
+		}
+		if out != "" {
+			out += " · "
+		}
+		out += fmt.Sprintf("%s %.0f%%", c, 100*float64(n)/float64(total))
+	}
+	return out
 }
 
 // GroupStats are one tenant's or one priority class's figures.
@@ -233,13 +348,17 @@ func Ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // Sample is one request as its client saw it.
 type Sample struct {
+	ID      string // the request's id, for a collector that records outcomes
 	Ingress string // the region the client sent it to
 	Served  string // the region that served it ("" if it failed)
 	// Start is when the request arrived, End when its last byte did,
 	// both as offsets from any fixed origin shared by the run.
-	Start, End   time.Duration
-	TTFT         time.Duration // to the first token
-	Held         time.Duration // spent in balancer queues, when known
+	Start, End time.Duration
+	TTFT       time.Duration // to the first token
+	Held       time.Duration // spent in balancer queues, when known
+	// Parts splits a completed request's TTFT, when the driver knows
+	// where its time went (the simulator does); nil otherwise.
+	Parts        *TTFTParts
 	PromptTokens int
 	OutputTokens int
 	CachedTokens int
@@ -275,7 +394,30 @@ type Collector struct {
 	refused, shed       int
 	tenants, classes    map[string]*groupAcc
 	models              map[string]*groupAcc
+	// parts: each completed request's TTFT parts (when known), and what
+	// every miss is put down to.
+	partsKnown                    bool
+	network, engineQueue, prefill []float64
+	partHold                      []float64
+	misses                        map[string]int
+	// outcomes, when recorded: each request id's outcome (see Outcomes).
+	outcomes map[string]string
 }
+
+// The outcomes RecordOutcomes keeps besides a drop's reason.
+const (
+	OutcomeMet  = "met"  // answered within the SLO
+	OutcomeLate = "late" // answered, after it
+)
+
+// RecordOutcomes makes the collector keep every request's outcome by id
+// (OutcomeMet, OutcomeLate or the drop reason), for Outcomes: to compare
+// two runs of the same arrivals request by request.
+func (c *Collector) RecordOutcomes() { c.outcomes = map[string]string{} }
+
+// Outcomes are the recorded outcomes by request id, or nil when not
+// recorded.
+func (c *Collector) Outcomes() map[string]string { return c.outcomes }
 
 // groupAcc accumulates a GroupStats.
 type groupAcc struct {
@@ -315,7 +457,7 @@ type regionAcc struct {
 // every completed request meets it).
 func NewCollector(slo request.SLO) *Collector {
 	return &Collector{slo: slo, drops: map[string]int{}, regions: map[string]*regionAcc{}, tenants: map[string]*groupAcc{}, classes: map[string]*groupAcc{},
-		models: map[string]*groupAcc{}}
+		models: map[string]*groupAcc{}, misses: map[string]int{}}
 }
 
 func (c *Collector) region(name string) *regionAcc {
@@ -370,7 +512,18 @@ func (c *Collector) Add(s Sample) {
 		}
 		inf := math.Inf(1)
 		c.ttft, c.e2e, in.ttft = append(c.ttft, inf), append(c.e2e, inf), append(in.ttft, inf)
+		c.misses[dropCause(s.Dropped)]++
+		if c.outcomes != nil {
+			c.outcomes[s.ID] = s.Dropped
+		}
 		return
+	}
+	if p := s.Parts; p != nil {
+		c.partsKnown = true
+		c.partHold = append(c.partHold, Ms(p.Hold))
+		c.network = append(c.network, Ms(p.Network))
+		c.engineQueue = append(c.engineQueue, Ms(p.EngineQueue))
+		c.prefill = append(c.prefill, Ms(p.Prefill))
 	}
 	c.completed++
 	ttft, e2e := Ms(s.TTFT), Ms(s.End-s.Start)
@@ -388,11 +541,20 @@ func (c *Collector) Add(s Sample) {
 	c.cached += int64(s.CachedTokens)
 	in.prompt += int64(s.PromptTokens)
 	in.cache += int64(s.CachedTokens)
-	if c.slo.TTFT <= 0 || s.TTFT <= c.slo.For(s.PromptTokens) {
+	met := c.slo.TTFT <= 0 || s.TTFT <= c.slo.For(s.PromptTokens)
+	if met {
 		c.sloHits++
 		tg.hits++
 		cg.hits++
 		mg.hits++
+	} else if s.Parts != nil {
+		c.misses[s.Parts.cause()]++
+	}
+	if c.outcomes != nil {
+		c.outcomes[s.ID] = OutcomeLate
+		if met {
+			c.outcomes[s.ID] = OutcomeMet
+		}
 	}
 	if s.Served == s.Ingress || s.Served == "" {
 		in.stats.ServedLocal++
@@ -439,6 +601,10 @@ func (c *Collector) Result(policy string) *Result {
 		res.SLOAttainment = Round(float64(c.sloHits)/float64(c.requests), 4)
 	}
 	res.Refused, res.Shed = c.refused, c.shed
+	if c.partsKnown {
+		res.TimeParts = c.timeParts()
+	}
+	res.Outcomes = c.outcomes
 	if admitted := c.requests - c.refused; admitted > 0 {
 		res.AdmittedSLOAttainment = Round(float64(c.sloHits)/float64(admitted), 4)
 	}
@@ -470,4 +636,28 @@ func (c *Collector) Result(policy string) *Result {
 		res.Regions[name] = a.stats
 	}
 	return res
+}
+
+// timeParts summarises the TTFT parts of the completed requests.
+func (c *Collector) timeParts() *TimeParts {
+	stat := func(xs []float64) (mean, p99 float64) {
+		if len(xs) == 0 {
+			return 0, 0
+		}
+		sum := 0.0
+		for _, x := range xs {
+			sum += x
+		}
+		slices.Sort(xs)
+		return Round(sum/float64(len(xs)), 1), Round(Percentile(xs, 0.99), 1)
+	}
+	tp := &TimeParts{}
+	tp.HoldMeanMs, tp.HoldP99Ms = stat(c.partHold)
+	tp.NetworkMeanMs, tp.NetworkP99Ms = stat(c.network)
+	tp.EngineQueueMeanMs, tp.EngineQueueP99Ms = stat(c.engineQueue)
+	tp.PrefillMeanMs, tp.PrefillP99Ms = stat(c.prefill)
+	if len(c.misses) > 0 {
+		tp.Misses = maps.Clone(c.misses)
+	}
+	return tp
 }

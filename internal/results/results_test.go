@@ -2,6 +2,7 @@ package results
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"skywalker/internal/request"
 	"strings"
@@ -126,5 +127,48 @@ func TestAdmissionIsCountedApartFromFailures(t *testing.T) {
 	one.Add(Sample{Ingress: "us", Served: "us", End: time.Second, TTFT: 10 * ms})
 	if r := one.Result("p"); r.Tenants != nil || r.Classes != nil {
 		t.Error("a run with one tenant and one class has no breakdown")
+	}
+}
+
+func TestMissesArePutDownToTheLargestPartOrToHowTheRequestEnded(t *testing.T) {
+	ms := time.Millisecond
+	c := NewCollector(request.SLO{TTFT: time.Second})
+	c.RecordOutcomes()
+	parts := func(hold, network, queue, prefill time.Duration) *TTFTParts {
+		return &TTFTParts{Hold: hold, Network: network, EngineQueue: queue, Prefill: prefill}
+	}
+	c.Add(Sample{ID: "a", Ingress: "us", Served: "us", End: time.Second, TTFT: 300 * ms, Parts: parts(0, 100*ms, 0, 200*ms)})       // met
+	c.Add(Sample{ID: "b", Ingress: "us", Served: "us", End: time.Second, TTFT: 1500 * ms, Parts: parts(900*ms, 100*ms, 0, 500*ms)}) // late: hold
+	c.Add(Sample{ID: "c", Ingress: "us", Served: "eu", End: time.Second, TTFT: 1200 * ms, Parts: parts(0, 200*ms, 700*ms, 300*ms)}) // late: engine queue
+	c.Add(Sample{ID: "d", Ingress: "us", Dropped: "overloaded"})
+	c.Add(Sample{ID: "e", Ingress: "us", Dropped: "shed"})
+	c.Add(Sample{ID: "f", Ingress: "us", Dropped: "client_timeout"})
+	r := c.Result("p")
+	tp := r.TimeParts
+	if tp == nil {
+		t.Fatal("no time parts, though every completed sample had them")
+	}
+	want := map[string]int{CauseHold: 1, CauseEngineQueue: 1, CauseRefused: 1, CauseShed: 1, CauseFailed: 1}
+	if !maps.Equal(tp.Misses, want) {
+		t.Errorf("misses %v, want %v", tp.Misses, want)
+	}
+	if tp.HoldMeanMs != 300 || tp.PrefillP99Ms != 500 || tp.EngineQueueMeanMs != 233.3 {
+		t.Errorf("parts %+v: want hold mean 300, prefill p99 500, engine queue mean 233.3", tp)
+	}
+	if got := tp.MissSummary(); got != "hold 20% · engine_queue 20% · refused 20% · shed 20% · failed 20%" {
+		t.Errorf("summary %q", got)
+	}
+	// The same arrivals without admission: d was answered in time, e late.
+	w := NewCollector(request.SLO{TTFT: time.Second})
+	w.RecordOutcomes()
+	w.Add(Sample{ID: "d", Ingress: "us", Served: "us", End: time.Second, TTFT: 900 * ms})
+	w.Add(Sample{ID: "e", Ingress: "us", Served: "us", End: time.Second, TTFT: 1900 * ms})
+	if n := RefusedButServable(r, w.Result("p")); n != 1 {
+		t.Errorf("refused but servable %d, want 1 (d)", n)
+	}
+	live := NewCollector(request.SLO{TTFT: time.Second})
+	live.Add(Sample{Ingress: "us", Served: "us", End: time.Second, TTFT: 300 * ms})
+	if live.Result("p").TimeParts != nil {
+		t.Error("a run whose samples do not know their parts has time parts")
 	}
 }

@@ -147,6 +147,9 @@ type Config struct {
 	// the smallest reservation that meets a target needs no more than
 	// "it does not". The result then has Stopped set.
 	StopAfterMisses int
+	// RecordOutcomes keeps every request's outcome by id in the result
+	// (results.Result.Outcomes), to compare runs of the same arrivals.
+	RecordOutcomes bool
 	// Model, if set, is the only base model whose requests the result
 	// counts (the others are still simulated): to size one model's pool of
 	// a fleet of several.

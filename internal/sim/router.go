@@ -22,6 +22,8 @@ type simRequest struct {
 	arrival     time.Duration
 	dispatched  time.Duration
 	firstToken  time.Duration   // engine time of the first token; -1 until then
+	queuedAt    time.Duration   // when a balancer last took it in (submitted, or routed again)
+	held        time.Duration   // time spent in balancer queues so far, every router's
 	retries     int             // times routed again after failing before its first byte
 	replica     *replica        // where it runs (or is being sent) while dispatched
 	attempt     *region.Attempt // its dispatch, while it has one
@@ -177,7 +179,7 @@ func (r *router) pump() {
 
 // submit hands a request to the router's balancer.
 func (r *router) submit(sr *simRequest) {
-	sr.at = r.idx
+	sr.at, sr.queuedAt = r.idx, r.w.now
 	r.core.Submit(r.now(), sr.req)
 	r.scheduleExpire()
 }
@@ -193,6 +195,7 @@ func (r *router) delivered(a *region.Attempt) {
 		r.w.rejected(sr, r.idx, a.Err)
 		return
 	}
+	sr.held += r.w.now - sr.queuedAt
 	switch {
 	case a.Dispatched():
 		rp := r.byHandle[a.Replica]
@@ -270,6 +273,7 @@ func (r *router) failedBeforeFirstByte(sr *simRequest) {
 	switch {
 	case next.Retry:
 		sr.retries++
+		sr.queuedAt = r.w.now
 	case next.Err != nil:
 		r.w.rejected(sr, r.idx, next.Err)
 	}

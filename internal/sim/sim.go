@@ -80,6 +80,9 @@ func newWorld(cfg Config, src workload.Source, span time.Duration, blockTokens i
 		bucket = max(span/96, time.Second)
 	}
 	w.series = newSeries(n, bucket)
+	if cfg.RecordOutcomes {
+		w.collect.RecordOutcomes()
+	}
 	w.baseRTT = cfg.RTT
 	w.rtt = make([][]time.Duration, n)
 	w.loss = make([][]float64, n)
@@ -390,6 +393,7 @@ func (w *world) forwardFailed(sr *simRequest, r *router, err *apierr.Error) {
 		return
 	}
 	sr.retries++
+	sr.queuedAt = w.now
 }
 
 // giveUp is a client that waited ClientTimeout without a first token: it
@@ -428,6 +432,7 @@ func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
 	smp := w.sample(sr, "")
 	smp.Served = w.cfg.Regions[rp.site].Name
 	smp.TTFT = sr.firstToken + back - sr.arrival
+	smp.Parts = ttftParts(sr, s, smp.TTFT)
 	smp.End = w.now + back
 	smp.OutputTokens, smp.CachedTokens = s.Generated, s.CachedTokens
 	w.record(sr, smp)
@@ -478,12 +483,25 @@ func (w *world) servable(req *request.Request) bool {
 // sample is what the client of sr saw, for a request that ended with
 // reason (or completed, when reason is empty).
 func (w *world) sample(sr *simRequest, reason string) results.Sample {
-	s := results.Sample{Ingress: w.cfg.Regions[sr.client].Name, Start: sr.arrival, PromptTokens: sr.req.PromptTokens,
+	s := results.Sample{ID: sr.req.ID, Ingress: w.cfg.Regions[sr.client].Name, Start: sr.arrival, PromptTokens: sr.req.PromptTokens,
 		Retried: sr.retries > 0, Dropped: reason, Tenant: sr.req.Tenant, Class: sr.req.Class.String(), Model: sr.req.Base}
 	if reason == "" {
-		s.Held = sr.dispatched - sr.arrival
+		s.Held = sr.held
 	}
 	return s
+}
+
+// ttftParts splits a completed request's time to first token: its time
+// held in balancer queues, in its engine's queue and in prefill, and the
+// rest, on the network.
+func ttftParts(sr *simRequest, s *engine.Sequence, ttft time.Duration) *results.TTFTParts {
+	p := &results.TTFTParts{Hold: sr.held}
+	if !s.StartedAt.IsZero() {
+		p.EngineQueue = s.StartedAt.Sub(s.Arrival)
+		p.Prefill = s.FirstTokenAt.Sub(s.StartedAt)
+	}
+	p.Network = max(ttft-p.Hold-p.EngineQueue-p.Prefill, 0)
+	return p
 }
 
 // settle forgets a request that completed or was dropped.

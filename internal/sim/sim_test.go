@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -714,4 +715,43 @@ func TestTheRouterHearsEvictionsBeforeTheStepRuns(t *testing.T) {
 		t.Fatal("the fixture evicted nothing: it tests nothing")
 	}
 	t.Logf("%d prefix units evicted", evictions)
+}
+
+// TestTheTimeToFirstTokenIsSplitWhereItWent: under twice the quickstart's
+// load the fair GeoDNS holds requests in its balancer (hold > 0) and
+// never crosses the WAN (its network part is the client's link alone),
+// while SkyWalker's forwards add WAN time; every SLO miss is put down to
+// a cause.
+func TestTheTimeToFirstTokenIsSplitWhereItWent(t *testing.T) {
+	rep, err := Compare(scenario(t, "quickstart"), Options{Policies: []string{"local", "skywalker"}, RateScale: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, sky := rep.Find("local"), rep.Find("skywalker")
+	for _, r := range []*results.Result{local, sky} {
+		tp := r.TimeParts
+		if tp == nil {
+			t.Fatalf("%s: no time parts", r.Policy)
+		}
+		misses := 0
+		for _, n := range tp.Misses {
+			misses += n
+		}
+		if want := int(math.Round((1 - r.SLOAttainment) * float64(r.Requests))); misses != want {
+			t.Errorf("%s: %d misses put down to a cause, want %d (every miss)", r.Policy, misses, want)
+		}
+		if tp.PrefillMeanMs <= 0 {
+			t.Errorf("%s: prefill mean %v ms: the engines' prefill is not measured", r.Policy, tp.PrefillMeanMs)
+		}
+	}
+	if local.TimeParts.HoldMeanMs <= 0 || local.TimeParts.HoldP99Ms <= 0 {
+		t.Errorf("local at 2× load: hold mean %v p99 %v ms, want some requests held", local.TimeParts.HoldMeanMs, local.TimeParts.HoldP99Ms)
+	}
+	clientRTT := scenario(t, "quickstart").ClientRTTMs
+	if local.TimeParts.NetworkP99Ms > clientRTT+1 {
+		t.Errorf("local's network p99 %v ms is over the client's RTT %v ms: it crossed a WAN it never uses", local.TimeParts.NetworkP99Ms, clientRTT)
+	}
+	if sky.CrossRegion > 0 && sky.TimeParts.NetworkP99Ms <= local.TimeParts.NetworkP99Ms {
+		t.Errorf("skywalker forwarded %.1f%% but its network p99 %v ms is no more than local's %v", 100*sky.CrossRegion, sky.TimeParts.NetworkP99Ms, local.TimeParts.NetworkP99Ms)
+	}
 }
