@@ -229,3 +229,72 @@ func heldAt(b *Balancer, id string) int {
 	}
 	return -1
 }
+
+func TestAHeldRequestIsServedLateRatherThanShedWhenAReplicaHasRoom(t *testing.T) {
+	env := overloadedRegion(100 * time.Millisecond)
+	b := withObjective(2 * time.Second)
+	b.Submit(t0, req("waits"), env)
+	b.Submit(t0, req("behind"), env)
+	env.replicas[0].InFlight = 0 // a slot frees just as the objectives pass
+	b.Expire(t0.Add(2*time.Second), env)
+	o := env.outcomes[0]
+	if o.Err != nil || o.Decision.Action != policy.Dispatch || o.Request.ID != "waits" {
+		t.Fatalf("got %+v, want the first served late on the free slot, not shed", o)
+	}
+	if o := lastOutcome(env); o.Request.ID != "behind" || o.Err == nil || o.Err.Code != apierr.Shed {
+		t.Errorf("got %+v, want the second shed: the slot is taken", o)
+	}
+}
+
+func TestALocalBiasDoesNotKeepAPeerThatFitsFromTakingTheRequest(t *testing.T) {
+	// The region's own estimates run 3× late (its bias); the peer's
+	// estimate is its own, within reach of a 1.5 s objective by the
+	// peer's learned error: the request goes there rather than being
+	// refused.
+	env := overloadedRegion(time.Second)
+	env.bias = 3
+	env.peer = &policy.PeerRegion{Name: "eu-west", Jurisdiction: "eu", Healthy: true, RTT: 72 * time.Millisecond,
+		GateOpen: true, QueueWait: 900 * time.Millisecond, Replicas: 2, Slots: 2, Outstanding: 4,
+		Prefill: policy.PrefillProfile{PerToken: 20 * time.Microsecond}}
+	b := withObjective(1500 * time.Millisecond)
+	b.Submit(t0, req("a"), env)
+	o := lastOutcome(env)
+	if o.Err != nil || o.Decision.Action != policy.Forward {
+		t.Errorf("got %+v (%v), want it forwarded to the peer that meets its objective", o.Decision, o.Err)
+	}
+}
+
+func TestThePumpDrainsTheBackOfTheQueueToAPeerWithRoom(t *testing.T) {
+	// Without its congestion term the policy compares estimates alone:
+	// the head of the queue starts here within about a second, the tail
+	// waits longer here than a forward 600 ms away takes. The peer comes
+	// up once ten requests are held; a pump whose scan from the head
+	// stops after three that stay must still reach the tail.
+	cfg := policy.DefaultSkywalkerConfig()
+	cfg.CongestionWeight = 0
+	b := New(policy.NewSkywalker(cfg), Config{MaxQueue: 64, MaxWait: time.Minute, ScanDepth: 3})
+	env := overloadedRegion(200 * time.Millisecond)
+	for i := range 10 {
+		b.Submit(t0, req(fmt.Sprint("q", i)), env)
+	}
+	if b.Len() != 10 {
+		t.Fatalf("held %d, want 10", b.Len())
+	}
+	env.peer = &policy.PeerRegion{Name: "eu-west", Jurisdiction: "eu", Healthy: true, RTT: 600 * time.Millisecond,
+		GateOpen: true, Replicas: 4, Slots: 32, Prefill: policy.PrefillProfile{PerToken: 20 * time.Microsecond}}
+	b.Pump(t0.Add(10*time.Millisecond), env)
+	var moved []string
+	for _, o := range env.outcomes {
+		if o.Err == nil && o.Decision.Action == policy.Forward {
+			moved = append(moved, o.Request.ID)
+		}
+	}
+	if len(moved) == 0 || b.Len()+len(moved) != 10 {
+		t.Fatalf("forwarded %v, %d still held: want the back of the queue drained", moved, b.Len())
+	}
+	for _, id := range moved {
+		if id == "q0" || id == "q1" || id == "q2" {
+			t.Errorf("%s, at the head, was sent away: it starts here sooner", id)
+		}
+	}
+}

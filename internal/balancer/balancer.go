@@ -337,7 +337,10 @@ func (b *Balancer) admit(req *request.Request, v *policy.View, d *policy.Decisio
 	if est <= obj && !unmeasured {
 		return nil
 	}
-	if d.Action != policy.Forward && d.HasFallback && time.Duration(float64(d.FallbackEstimate)*bias) <= obj {
+	// The fallback is the peer that starts it soonest among those whose
+	// estimate, with its learned error, fits the objective (the policy's
+	// reach): it is refused only if nobody within reach can serve it.
+	if d.Action != policy.Forward && d.HasFallback {
 		*d = policy.Decision{Action: policy.Forward, Peer: d.FallbackPeer, Region: v.Peers[d.FallbackPeer].Name,
 			Reason: policy.ReasonOverload, Estimate: d.FallbackEstimate, StartedOver: d.StartedOver}
 		return nil
@@ -429,7 +432,47 @@ func (b *Balancer) PumpDepth(now time.Time, env Env, depth int) int {
 		left++
 		stillHeld = 0
 	}
+	return left + b.drainTail(now, env, depth)
+}
+
+// drainTail re-routes held requests from the back of the queue, up to
+// depth in a row that stay, taking only forwards: the requests that
+// would wait here longest are the ones a peer with room should take
+// (work-conserving pooling), and a pump from the head alone never reaches
+// them while the head stays held. A dispatch is left for its turn, so
+// nobody overtakes the queue here. It returns how many left.
+func (b *Balancer) drainTail(now time.Time, env Env, depth int) int {
+	left, stayed := 0, 0
+	for i := len(b.queue) - 1; i >= 0 && stayed < max(depth, 1); i-- {
+		h := b.queue[i]
+		v := env.View(h.req)
+		v.Local.Queued, v.Local.Held, v.Local.Waited = i, len(b.queue), now.Sub(h.since)
+		v.Local.Objective = b.objective(h.req)
+		if !anyPeerOpen(v) {
+			return left // nobody to drain to: the view is the same for every request
+		}
+		d := b.policy.Route(h.req, v)
+		if d.Action != policy.Forward {
+			stayed++
+			continue
+		}
+		b.remove(i, true)
+		env.Deliver(Outcome{Request: h.req, Decision: d, Waited: now.Sub(h.since), Admitted: h.estimate, Submitted: h.since})
+		left++
+		stayed = 0
+	}
 	return left
+}
+
+// anyPeerOpen reports whether some peer in the view is healthy with its
+// gate open: whether a drain could send anything anywhere.
+func anyPeerOpen(v *policy.View) bool {
+	for i := range v.Peers {
+		if p := &v.Peers[i]; p.Healthy && p.GateOpen {
+			return true
+		}
+	}
+	return false
 }
 
 // Expire removes every held request whose deadline is at or before now:
@@ -443,10 +486,15 @@ func (b *Balancer) Expire(now time.Time, env Env) int {
 		if at.After(now) {
 			break
 		}
+		shed := at.Equal(h.shedAt) && h.shedAt.Before(h.deadline)
+		if shed && b.serveLate(now, h, env) {
+			n++
+			continue
+		}
 		b.remove(b.indexOf(h), false)
 		n++
 		var e *apierr.Error
-		if at.Equal(h.shedAt) && h.shedAt.Before(h.deadline) {
+		if shed {
 			e = &apierr.Error{Code: apierr.Shed, RetryAfter: b.cfg.RetryAfter,
 				Message: fmt.Sprintf("the request could not start within its %v TTFT objective and was shed (held: %s); retry later", at.Sub(h.since).Round(time.Millisecond), h.reason)}
 		} else {
@@ -456,6 +504,25 @@ func (b *Balancer) Expire(now time.Time, env Env) int {
 		env.Deliver(Outcome{Request: h.req, Waited: now.Sub(h.since), Err: e})
 	}
 	return n
+}
+
+// serveLate routes a held request whose objective has just passed once
+// more: if the policy can place it now (a replica with room, a peer that
+// takes it) it leaves to be served late rather than shed — shedding
+// protects the requests behind it from waiting on a hopeless one, and a
+// free slot delays nobody. It reports whether the request left.
+func (b *Balancer) serveLate(now time.Time, h *held, env Env) bool {
+	i := b.indexOf(h)
+	v := env.View(h.req)
+	v.Local.Queued, v.Local.Held, v.Local.Waited = i, len(b.queue), now.Sub(h.since)
+	v.Local.Objective = b.objective(h.req)
+	d := b.policy.Route(h.req, v)
+	if d.Action != policy.Dispatch && d.Action != policy.Forward {
+		return false
+	}
+	b.remove(i, true)
+	env.Deliver(Outcome{Request: h.req, Decision: d, Waited: now.Sub(h.since), Admitted: h.estimate, Submitted: h.since})
+	return true
 }
 
 // Flush removes every held request, delivering each the error e (a

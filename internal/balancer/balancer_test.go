@@ -19,6 +19,7 @@ type fakeRegion struct {
 	replicas []policy.Replica
 	peer     *policy.PeerRegion
 	perWait  time.Duration
+	bias     float64 // the region's TTFTBias; 0 is none
 	outcomes []Outcome
 }
 
@@ -33,7 +34,7 @@ func newFakeRegion(replicas, capacity int) *fakeRegion {
 func (f *fakeRegion) View(*request.Request) *policy.View {
 	v := &policy.View{Local: policy.LocalRegion{Name: "us-east", Jurisdiction: "us",
 		Replicas: append([]policy.Replica(nil), f.replicas...), PerRequestWait: f.perWait,
-		Prefill: policy.PrefillProfile{PerToken: 20 * time.Microsecond}}}
+		Prefill: policy.PrefillProfile{PerToken: 20 * time.Microsecond}, TTFTBias: f.bias}}
 	if f.peer != nil {
 		v.Peers = []policy.PeerRegion{*f.peer}
 	}

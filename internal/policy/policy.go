@@ -63,6 +63,7 @@ const (
 	ReasonImbalance    Reason = "imbalance"    // cache-aware: loads too far apart
 	ReasonForwarded    Reason = "forwarded-in" // served here after another region forwarded it
 	ReasonOverload     Reason = "overload"     // the local region cannot meet the request's objective; this peer can
+	ReasonDrain        Reason = "drain"        // held here; a peer with room starts it sooner, within its objective
 )
 
 // Decision is a policy's answer.
@@ -137,6 +138,9 @@ type LocalRegion struct {
 	// AdapterLoad is what loading the request's LoRA adapter costs on a
 	// replica where it is not resident (zero for a base-model request).
 	AdapterLoad time.Duration
+	// Error is how the region's recent dispatches' first tokens compared
+	// with their estimates (learned by the region; unknown at first).
+	Error ErrorSummary
 }
 
 // Replica is one local inference server.
@@ -331,6 +335,10 @@ type PeerRegion struct {
 	// when unknown, and then no eviction is priced).
 	FreeCacheTokens int
 	HitShare        float64
+	// Error is how this balancer's recent forwards to the region reached
+	// their first tokens against the estimates they were chosen on
+	// (learned by the balancer's region; unknown at first).
+	Error ErrorSummary
 }
 
 // PrefixMatcher tells how many leading blocks of a request a peer

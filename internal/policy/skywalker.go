@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"math"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
@@ -59,8 +60,17 @@ type SkywalkerConfig struct {
 	// beat the local score by this share of it, so that two regions the
 	// estimate cannot tell apart do not trade work back and forth. Default
 	// 0.1; on the tuning set 0.05, 0.1 and 0.25 were within seed noise
-	// (15.5–16.5 replicas).
+	// (15.5–16.5 replicas). Reach and drain use it only until the region
+	// has learned its estimates' real error (LocalRegion.Error,
+	// PeerRegion.Error).
 	ErrorFraction float64
+	// ReferenceObjective is the TTFT objective CongestionWeight and
+	// ReplicaWeight were chosen at (the tuning set's, 2 s). For a request
+	// with an objective both scale with it — the weights are worth a share
+	// of the objective, not an absolute time — so a fleet with a 600 ms
+	// objective on fast GPUs balances as a 2 s fleet of L4s does. Zero
+	// turns the scaling off.
+	ReferenceObjective time.Duration
 }
 
 // DefaultSkywalkerConfig returns the documented defaults.
@@ -73,6 +83,7 @@ func DefaultSkywalkerConfig() SkywalkerConfig {
 		MaxWANRTT:             time.Second,
 		MaxDataAge:            2 * time.Second,
 		ErrorFraction:         0.1,
+		ReferenceObjective:    2 * time.Second,
 	}
 }
 
@@ -150,11 +161,15 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 	if localOK {
 		var evicts time.Duration
 		replica, localEstimate, evicts = s.pickReplica(req, local)
-		localScore = localEstimate + s.congestion(local.Load()) + evicts
+		localScore = localEstimate + s.congestion(v, local.Load()) + evicts
 	}
 
-	bestPeer := -1
-	var peerScore, peerEstimate time.Duration
+	// The best peer by score; and the peer that would start the request
+	// soonest (fastest, its estimate) and the soonest of those with a
+	// dispatch slot free for this region's held work (drain): where a
+	// request goes when it cannot wait here.
+	bestPeer, fastest, drain := -1, -1, -1
+	var peerScore, peerEstimate, fastestEstimate, drainEstimate time.Duration
 	filter := s.filter.forRequest(req, v)
 	for i := range v.Peers {
 		p := &v.Peers[i]
@@ -170,13 +185,19 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 		// over its replicas).
 		ahead := p.PrefillTokens + p.InFlightFromUs*req.PromptTokens/max(p.Replicas, 1)
 		estimate := p.RTT + p.QueueWait + p.Prefill.Time(req.PromptTokens-cached) + time.Duration(ahead)*p.Prefill.PerToken
-		if !s.withinReach(req, v, estimate) {
+		if !s.withinReach(req, v, p.Error, estimate) {
 			continue
 		}
 		uncached := req.PromptTokens - cached
-		score := estimate + s.congestion(p.loadWithOutflow()) + EvictionCost(uncached, p.FreeCacheTokens, p.HitShare, p.Prefill)
+		score := estimate + s.congestion(v, p.loadWithOutflow()) + EvictionCost(uncached, p.FreeCacheTokens, p.HitShare, p.Prefill)
 		if bestPeer < 0 || score < peerScore {
 			bestPeer, peerScore, peerEstimate = i, score, estimate
+		}
+		if fastest < 0 || estimate < fastestEstimate {
+			fastest, fastestEstimate = i, estimate
+		}
+		if hasRoomFor(v, i) && (drain < 0 || estimate < drainEstimate) {
+			drain, drainEstimate = i, estimate
 		}
 	}
 
@@ -195,10 +216,65 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 		return forward(v, bestPeer, ReasonRemoteFaster, peerEstimate)
 	}
 	d := dispatchIfRoom(local, replica, localEstimate)
-	if bestPeer >= 0 {
-		d.HasFallback, d.FallbackPeer, d.FallbackEstimate = true, bestPeer, peerEstimate
+	if d.Action == Hold && drain >= 0 && s.drains(v, localEstimate, v.Peers[drain].Error, drainEstimate) {
+		return forward(v, drain, ReasonDrain, drainEstimate)
+	}
+	if fastest >= 0 {
+		d.HasFallback, d.FallbackPeer, d.FallbackEstimate = true, fastest, fastestEstimate
 	}
 	return d
+}
+
+// drains reports whether a request held here, estimated to get its first
+// token localEstimate from now, goes to a peer with a slot free for it,
+// estimated at peerEstimate (erring as peerError says): work-conserving
+// pooling — held work is a debt the mesh owes, and a peer that can start
+// it sooner takes it. It goes when the peer's estimate, as late as it runs
+// nine times in ten, still beats the local one, or when the local one, as
+// late as it runs nine times in ten, misses what is left of the request's
+// objective (the peer is within reach of that: see withinReach).
+func (s *Skywalker) drains(v *View, localEstimate time.Duration, peerError ErrorSummary, peerEstimate time.Duration) bool {
+	if peerError.Pessimistic(peerEstimate, s.cfg.ErrorFraction) < localEstimate {
+		return true
+	}
+	left := remaining(&v.Local)
+	return left > 0 && v.Local.Error.Pessimistic(localEstimate, s.cfg.ErrorFraction) > left
+}
+
+// remaining is what is left of the request's objective after its wait in
+// the balancer so far; zero when it has no objective.
+func remaining(l *LocalRegion) time.Duration {
+	if l.Objective <= 0 {
+		return 0
+	}
+	return max(l.Objective-l.Waited, 1)
+}
+
+// hasRoomFor reports whether peer i can start a request of this region's
+// held work now: its summary says a replica had room and nobody was held
+// (QueueWait zero), and this region has not already claimed its share of
+// the dispatch slots the peer had free — the share of the regions that
+// hold work and may send it there (this one's held requests among all the
+// peers' and its own), so that several regions draining at once do not
+// herd onto the first peer that frees up.
+func hasRoomFor(v *View, i int) bool {
+	p := &v.Peers[i]
+	if p.QueueWait > 0 {
+		return false
+	}
+	mine := p.InFlightFromUs
+	free := p.Slots - (p.Outstanding - mine) // what its summary left free, our forwards since then aside
+	if free <= 0 {
+		return false
+	}
+	held, all := max(v.Local.Held, 1), max(v.Local.Held, 1)
+	for j := range v.Peers {
+		if j != i && v.Peers[j].Healthy {
+			all += v.Peers[j].Queued
+		}
+	}
+	share := int(math.Ceil(float64(free) * float64(held) / float64(all)))
+	return mine < share
 }
 
 // dispatchIfRoom dispatches to the chosen local replica if it has room,
@@ -275,6 +351,36 @@ func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time
 	}
 	least := l.Replicas[leastLoaded(l.Replicas, false)].Load()
 	limit := least + loadMargin(s.cfg.LoadMargin, least)
+	// Its own prefill on r, behind the prefill already queued there.
+	startsIn := func(r *Replica) (time.Duration, int) {
+		uncached := req.PromptTokens - req.CachedTokens(r.Prefix())
+		t := l.Prefill.Time(uncached) + time.Duration(r.PrefillTokens)*l.Prefill.PerToken
+		if !r.AdapterResident {
+			t += l.AdapterLoad // its LoRA adapter is loaded first (zero for the base model)
+		}
+		return t, uncached
+	}
+	// Waiting for a replica without room is a bet that its slot frees
+	// in time. While a replica with room would meet what is left of the
+	// request's objective, the bet is taken only if the wait fits in the
+	// slack that replica leaves (its estimate as late as it runs half the
+	// time, against what is left): a request is never held for a cached
+	// prefix past the moment it could still have started cold.
+	// Once the objective has passed (the balancer sheds the request unless
+	// it leaves now) nothing is worth waiting for: a replica with room
+	// serves it late rather than never.
+	slack := time.Duration(-1) // no bound
+	if left := remaining(l); left > 0 {
+		passed := l.Waited >= l.Objective
+		for i := range l.Replicas {
+			if r := &l.Replicas[i]; r.Healthy && r.HasRoom() && !r.AdapterBlocked && r.Load() <= limit {
+				t, _ := startsIn(r)
+				if spare := left - l.Error.Central(t); passed || spare >= 0 && spare > slack {
+					slack = max(spare, 0)
+				}
+			}
+		}
+	}
 	best := -1
 	var bestT, bestScore, bestEvicts time.Duration
 	for i := range l.Replicas {
@@ -282,15 +388,13 @@ func (s *Skywalker) pickReplica(req *request.Request, l *LocalRegion) (int, time
 		if !r.Healthy || r.Load() > limit {
 			continue
 		}
-		// Its own prefill, behind the prefill already queued there.
-		uncached := req.PromptTokens - req.CachedTokens(r.Prefix())
-		t := l.Prefill.Time(uncached) + time.Duration(r.PrefillTokens)*l.Prefill.PerToken
-		if !r.AdapterResident {
-			t += l.AdapterLoad // its LoRA adapter is loaded first (zero for the base model)
-		}
+		t, uncached := startsIn(r)
 		evicts := EvictionCost(uncached, r.FreeCacheTokens(req.BlockTokens), l.HitShare, l.Prefill)
-		score := t + s.replicaCongestion(r) + evicts
+		score := t + s.replicaCongestion(l, r) + evicts
 		if !r.HasRoom() || r.AdapterBlocked {
+			if slack >= 0 && ownWait > slack {
+				continue // its wait would cost the request the objective a replica with room still meets
+			}
 			t += ownWait
 			score += slotCost
 		}
@@ -373,9 +477,18 @@ func saturatedSlotWait(slotWait time.Duration, held, healthy int) time.Duration 
 // that save similar prefill the emptier one wins, since its batch runs
 // faster; and a hot prefix does not pile onto one replica until its KV
 // cache thrashes.
-func (s *Skywalker) replicaCongestion(r *Replica) time.Duration {
+func (s *Skywalker) replicaCongestion(l *LocalRegion, r *Replica) time.Duration {
 	u := r.Utilization()
-	return time.Duration(float64(s.cfg.ReplicaWeight) * u * u)
+	return time.Duration(float64(s.cfg.ReplicaWeight) * s.weightScale(l) * u * u)
+}
+
+// weightScale is how the congestion weights scale for the request a view
+// was built for: its objective over ReferenceObjective (1 without either).
+func (s *Skywalker) weightScale(l *LocalRegion) float64 {
+	if l.Objective <= 0 || s.cfg.ReferenceObjective <= 0 {
+		return 1
+	}
+	return float64(l.Objective) / float64(s.cfg.ReferenceObjective)
 }
 
 // pushMargin is how much better a peer must be than the local choice, whose
@@ -388,16 +501,17 @@ func (s *Skywalker) pushMargin(local time.Duration) time.Duration {
 }
 
 // withinReach reports whether a peer whose estimated time to first token
-// for req is estimate may serve it: the estimate, with its own error to
-// spare, fits the request's objective. A request without an objective,
-// or one the local region may not serve (slow beats never), is within
-// reach of any peer the filter admits.
-func (s *Skywalker) withinReach(req *request.Request, v *View, estimate time.Duration) bool {
-	obj := v.Local.Objective
-	if obj <= 0 || !req.AllowedIn(v.Local.Jurisdiction) {
+// for req is estimate, erring as its learned error says, may serve it:
+// the estimate, as late as it runs nine times in ten (before anything is
+// learned: with ErrorFraction of itself to spare), fits what is left of
+// the request's objective after its wait here. A request without an
+// objective, or one the local region may not serve (slow beats never), is
+// within reach of any peer the filter admits.
+func (s *Skywalker) withinReach(req *request.Request, v *View, peerError ErrorSummary, estimate time.Duration) bool {
+	if v.Local.Objective <= 0 || !req.AllowedIn(v.Local.Jurisdiction) {
 		return true
 	}
-	return FitsObjective(estimate, obj, s.cfg.ErrorFraction)
+	return peerError.Pessimistic(estimate, s.cfg.ErrorFraction) <= remaining(&v.Local)
 }
 
 // FitsObjective is the reach rule: a time to first token estimated at
@@ -408,8 +522,8 @@ func FitsObjective(estimate, objective time.Duration, errorFraction float64) boo
 	return estimate+time.Duration(errorFraction*float64(estimate)) <= objective
 }
 
-func (s *Skywalker) congestion(load float64) time.Duration {
-	return time.Duration(load * load * float64(s.cfg.CongestionWeight))
+func (s *Skywalker) congestion(v *View, load float64) time.Duration {
+	return time.Duration(load * load * float64(s.cfg.CongestionWeight) * s.weightScale(&v.Local))
 }
 
 // anyPeerMayServe reports whether some peer in the view could ever serve

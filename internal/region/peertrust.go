@@ -3,6 +3,8 @@ package region
 import (
 	"fmt"
 	"time"
+
+	"skywalker/internal/policy"
 )
 
 // Peers are trusted by what they deliver, not what they advertise. A peer
@@ -52,6 +54,9 @@ type peerTrust struct {
 	until     time.Time // distrusted until
 	proven    bool      // a forward reached its first token since the last ejection
 	reason    string    // why it was last distrusted
+	// estimate is how the forwards' first tokens compared with the
+	// estimates they were chosen on (policy.PeerRegion.Error).
+	estimate policy.EstimateError
 }
 
 func (r *Region) trustOf(peer string) *peerTrust {
@@ -69,6 +74,9 @@ func (r *Region) peerFirstToken(now time.Time, a *Attempt) string {
 	t := r.trustOf(a.Peer.Region)
 	t.proven = true
 	ttft := now.Sub(a.sent)
+	if !a.sent.IsZero() {
+		t.estimate.Observe(ttft, a.Decision.Estimate)
+	}
 	if est := a.Decision.Estimate; est > 0 && !a.sent.IsZero() && ttft > ClaimFactor*est+a.Peer.RTT+time.Second {
 		if t.misses++; t.misses >= r.cfg.EjectAfter {
 			return r.distrust(now, t, fmt.Sprintf("%d first tokens in a row over %d× its estimate (last %v, estimated %v)",

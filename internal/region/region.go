@@ -117,7 +117,10 @@ type Region struct {
 	digests    *digestPublisher              // its own, or the one its Pools share
 	bookings   map[*request.Request]*booking // dispatched, not ended
 	retries    map[*request.Request]retried  // routed again, not yet delivered
-	bias       ratioEWMA                     // actual over estimated time to first token
+	bias       ratioEWMA                     // actual over estimated time to first token, of held requests
+	// estimate is how every dispatch's first token compared with its
+	// estimate (policy.LocalRegion.Error).
+	estimate policy.EstimateError
 	// hitCached and hitPrompt are exponentially decayed sums (weight
 	// ServiceAlpha per dispatch) of the cached and the prompt tokens of
 	// dispatched requests: their ratio is HitShare.
@@ -296,6 +299,7 @@ func (r *Region) View(req *request.Request) *policy.View {
 	v.Local.TTFTBias = r.ttftBias(req)
 	v.Local.HitShare = r.hitShare()
 	v.Local.Unmeasured = r.unmeasured()
+	v.Local.Error = r.estimate.Summary()
 	v.Local.AdapterLoad = 0
 	if req.Adapter != "" {
 		v.Local.AdapterLoad = r.cfg.AdapterLoad
@@ -306,6 +310,9 @@ func (r *Region) View(req *request.Request) *policy.View {
 		pr := p.Policy()
 		pr.InFlightFromUs = r.forwarding[p.Region]
 		pr.Outstanding += pr.InFlightFromUs
+		if t := r.trust[p.Region]; t != nil {
+			pr.Error = t.estimate.Summary()
+		}
 		if p.Digest != nil {
 			pr.MatchPrefix(req, p.Digest)
 		}

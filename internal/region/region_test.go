@@ -521,3 +521,47 @@ func TestASessionStaysOnItsReplicaWhileItMay(t *testing.T) {
 		t.Errorf("third turn followed the session to %s with %d in flight there: affinity must be soft", home.Name(), home.InFlight())
 	}
 }
+
+// TestTheRegionLearnsHowItsEstimatesErrHereAndAtEachPeer: every
+// dispatch's first token against its estimate teaches the region's error
+// (the view's Local.Error); every forward's first token against the
+// estimate it was chosen on teaches that peer's (Peers[i].Error), which
+// the policy's reach and drain read.
+func TestTheRegionLearnsHowItsEstimatesErrHereAndAtEachPeer(t *testing.T) {
+	r, got := newTestRegion(t, 1)
+	at := t0
+	for i := range minFirstTokenSamples + policy.MinErrorSamples {
+		q := &request.Request{ID: fmt.Sprint("local", i), PromptTokens: 100, BlockTokens: 128}
+		r.View(q)
+		r.Deliver(balancer.Outcome{Request: q, Decision: policy.Decision{Action: policy.Dispatch, Estimate: 100 * time.Millisecond},
+			Admitted: 100 * time.Millisecond, Submitted: at})
+		r.firstToken(at.Add(300*time.Millisecond), q)
+		r.end(q, Served, time.Second)
+		at = at.Add(time.Second)
+	}
+	if e := r.View(probeReq()).Local.Error; !e.Known || e.P50 < 2.9 || e.P50 > 3.1 {
+		t.Errorf("local error %+v after first tokens 3× their estimates, want P50 ≈ 3", e)
+	}
+	peer := Peer{Region: "eu-west", Jurisdiction: "eu", Healthy: true, GateOpen: true, RTT: 70 * time.Millisecond,
+		Load: Load{Replicas: 4, Slots: 256, Outstanding: 0}}
+	r.SetPeers([]Peer{peer})
+	if e := r.View(probeReq()).Peers[0].Error; e.Known {
+		t.Fatalf("peer error %+v before any forward", e)
+	}
+	for _, rp := range r.Replicas() {
+		r.Scraped(rp, Metrics{Known: true, Waiting: 5, Running: 4}) // busy: forward
+	}
+	for i := range policy.MinErrorSamples {
+		*got = (*got)[:0]
+		r.Submit(at, req(fmt.Sprint("fwd", i), 1))
+		if len(*got) != 1 || (*got)[0].Peer == nil {
+			t.Fatalf("deliveries %+v: want a forward", *got)
+		}
+		a := (*got)[0]
+		a.FirstToken(at.Add(a.Decision.Estimate / 2))
+		a.End(at.Add(time.Second), Served)
+	}
+	if e := r.View(probeReq()).Peers[0].Error; !e.Known || e.P50 < 0.45 || e.P50 > 0.55 {
+		t.Errorf("peer error %+v after first tokens in half their estimates, want P50 ≈ 0.5", e)
+	}
+}

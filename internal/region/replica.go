@@ -313,7 +313,10 @@ func (r *Region) firstToken(now time.Time, req *request.Request) {
 		r.observeFirstTokenTime(b, now.Sub(b.sent), now)
 	}
 	// An estimate made before the region knew its engines' speed erred by
-	// that, not by its queue model: it does not calibrate the bias.
+	// that, not by its queue model: it calibrates nothing.
+	if b.estimate > 0 && !b.submitted.IsZero() && !b.submitted.Before(r.speedKnownAt) {
+		r.estimate.Observe(now.Sub(b.submitted), b.estimate)
+	}
 	if b.held && b.estimate > 0 && !b.submitted.IsZero() && !b.submitted.Before(r.speedKnownAt) {
 		actual, est := float64(now.Sub(b.submitted)), float64(b.estimate)
 		r.bias.observe(actual, est)
