@@ -31,8 +31,8 @@ func TestAHeldRequestDrainsToAPeerWithRoomThatStartsItSooner(t *testing.T) {
 		{"a peer with free slots starts the request sooner than the local queue: it drains there", func(*View) {}, Forward, ReasonDrain},
 		{"a peer with nothing free takes nothing", func(v *View) { v.Peers[0].Outstanding = 24 }, Hold, ReasonBusy},
 		{"a peer whose summary shows a queue takes nothing", func(v *View) { v.Peers[0].QueueWait = 300 * time.Millisecond }, Hold, ReasonBusy},
-		{"a peer whose estimates run five times late is no sooner", func(v *View) {
-			v.Peers[0].Error = ErrorSummary{Known: true, P10: 3, P50: 4, P90: 5}
+		{"a peer whose estimates run 800 ms late is no sooner", func(v *View) {
+			v.Peers[0].Error = ErrorSummary{Known: true, P10: 600 * time.Millisecond, P50: 700 * time.Millisecond, P90: 800 * time.Millisecond}
 		}, Hold, ReasonBusy},
 		{"the head of the queue starts here sooner than 150 ms away", func(v *View) {
 			v.Local.Queued, v.Peers[0].RTT = 0, 150*time.Millisecond
@@ -53,7 +53,7 @@ func TestAHeldRequestDrainsToAPeerWithRoomThatStartsItSooner(t *testing.T) {
 func TestAHeldRequestThatWouldMissHereDrainsToAPeerThatMeetsIt(t *testing.T) {
 	// The head of the queue: here it starts in about 0.2 s, sooner than
 	// at a peer 400 ms away, so it stays; but it has waited 1.7 s of its
-	// 2 s objective and the region's estimates run 2.5× late nine times
+	// 2 s objective and the region's estimates run 300 ms late nine times
 	// in ten: here it would miss, there it still fits.
 	sw := NewSkywalker(DefaultSkywalkerConfig())
 	v := heldHere(0)
@@ -62,7 +62,7 @@ func TestAHeldRequestThatWouldMissHereDrainsToAPeerThatMeetsIt(t *testing.T) {
 		t.Fatalf("fresh: got %s (%s), want hold: the local queue is sooner", d.Action, d.Reason)
 	}
 	v.Local.Waited = 1700 * time.Millisecond
-	v.Local.Error = ErrorSummary{Known: true, P10: 1.5, P50: 2, P90: 2.5}
+	v.Local.Error = ErrorSummary{Known: true, P10: 100 * time.Millisecond, P50: 200 * time.Millisecond, P90: 300 * time.Millisecond}
 	if d := sw.Route(exampleRequest(), v); d.Action != Forward || d.Reason != ReasonDrain {
 		t.Errorf("after 1.7 s: got %s (%s), want a drain to eu-west", d.Action, d.Reason)
 	}
@@ -70,9 +70,9 @@ func TestAHeldRequestThatWouldMissHereDrainsToAPeerThatMeetsIt(t *testing.T) {
 
 func TestRegionsDrainingAtOnceShareAPeersFreeSlots(t *testing.T) {
 	tests := []struct {
-		name                      string
-		free, held, othersQueued  int
-		inFlightFromUs, wantClaim int
+		name                     string
+		free, held, othersQueued int
+		awaiting, wantClaim      int
 	}{
 		{"alone, a region may take every free slot", 8, 10, 0, 7, 8},
 		{"with another region holding as much, half", 8, 10, 10, 3, 4},
@@ -83,7 +83,7 @@ func TestRegionsDrainingAtOnceShareAPeersFreeSlots(t *testing.T) {
 			claims := 0
 			for n := 0; n <= tc.free; n++ {
 				v := &View{Local: LocalRegion{Held: tc.held}, Peers: []PeerRegion{
-					{Name: "p", Healthy: true, Slots: 16, Outstanding: 16 - tc.free + n, InFlightFromUs: n},
+					{Name: "p", Healthy: true, Slots: 16, Outstanding: 16 - tc.free + n, AwaitingFromUs: n},
 					{Name: "q", Healthy: true, Queued: tc.othersQueued},
 				}}
 				if hasRoomFor(v, 0) {
@@ -113,12 +113,12 @@ func TestReachIsWhatIsLeftOfTheObjectiveWithTheLearnedError(t *testing.T) {
 	}{
 		{"fresh, the peer fits a 1 s objective", func(*View) {}, Forward},
 		{"after 0.5 s held, 0.66 s no longer fits what is left", func(v *View) { v.Local.Waited = 500 * time.Millisecond }, Hold},
-		{"a peer learned to run 2× late does not fit either", func(v *View) {
-			v.Peers[0].Error = ErrorSummary{Known: true, P10: 1.5, P50: 1.8, P90: 2}
+		{"a peer learned to run 500 ms late does not fit either", func(v *View) {
+			v.Peers[0].Error = ErrorSummary{Known: true, P10: 300 * time.Millisecond, P50: 400 * time.Millisecond, P90: 500 * time.Millisecond}
 		}, Hold},
 		{"a peer learned to run early fits even after 0.35 s", func(v *View) {
 			v.Local.Waited = 350 * time.Millisecond
-			v.Peers[0].Error = ErrorSummary{Known: true, P10: 0.7, P50: 0.8, P90: 0.9}
+			v.Peers[0].Error = ErrorSummary{Known: true, P10: -100 * time.Millisecond, P50: -80 * time.Millisecond, P90: -50 * time.Millisecond}
 		}, Forward},
 	}
 	for _, tc := range tests {
@@ -206,5 +206,24 @@ func TestTheCongestionWeightsAreAShareOfTheObjective(t *testing.T) {
 		if got := sw.replicaCongestion(&v.Local, r); got != tc.replica {
 			t.Errorf("objective %v: replica congestion %v, want %v", tc.objective, got, tc.replica)
 		}
+	}
+}
+
+func TestARegionWithNoHealthyReplicaReachesEveryPeer(t *testing.T) {
+	// The peer's estimate (queue 3 s) misses a 1 s objective: a region that
+	// could serve the request holds it, one whose replicas are all down
+	// sends it at once — waiting only makes it later.
+	v := exampleView()
+	v.Local.Objective = time.Second
+	v.Peers[0].QueueWait = 3 * time.Second
+	sw := NewSkywalker(DefaultSkywalkerConfig())
+	if d := sw.Route(exampleRequest(), v); d.Action != Hold {
+		t.Fatalf("replicas up: got %s, want hold", d.Action)
+	}
+	for i := range v.Local.Replicas {
+		v.Local.Replicas[i].Healthy = false
+	}
+	if d := sw.Route(exampleRequest(), v); d.Action != Forward || d.Region != "eu-west" {
+		t.Errorf("replicas down: got %s to %s, want a forward to eu-west", d.Action, d.Region)
 	}
 }

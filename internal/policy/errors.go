@@ -7,15 +7,22 @@ import (
 )
 
 // EstimateError learns how a TTFT estimate compares with what happened:
-// the ratio actual / estimated over the last ErrorWindow first tokens, kept
-// sorted so its quantiles are read in constant time. A region keeps one
-// for its own dispatches and one per peer for its forwards (internal/
-// region), the proxy and the simulator alike; the policy decides with its
-// quantiles (ErrorSummary) instead of a fixed margin. Not safe for
-// concurrent use; the zero value is ready.
+// the difference actual − estimated over the last ErrorWindow first
+// tokens, kept sorted so its quantiles are read in constant time. A
+// region keeps one for its own dispatches and one per peer for its
+// forwards (internal/region), the proxy and the simulator alike; the
+// policy decides with its quantiles (ErrorSummary) instead of a fixed
+// margin.
+//
+// The error is additive, in time: what an estimate misses is mostly
+// waiting — a queue that grew since the load data was sent, a batch that
+// ran slower than an idle step — which does not scale with the request's
+// own prefill; an engine slower than its profile all round is learned
+// apart, as the region's speed, and scales the profile itself. Not safe
+// for concurrent use; the zero value is ready.
 type EstimateError struct {
-	ring   [ErrorWindow]float64 // the last ratios, in arrival order
-	sorted []float64            // the same, sorted
+	ring   [ErrorWindow]time.Duration // the last differences, in arrival order
+	sorted []time.Duration            // the same, sorted
 	next   int
 	n      int
 }
@@ -31,14 +38,13 @@ const ErrorWindow = 64
 const MinErrorSamples = 8
 
 // Observe folds in one first token that came actual after a decision that
-// estimated estimate. Non-positive estimates say nothing and are skipped;
-// ratios are kept within [1/16, 16] so one wild sample cannot own a
-// quantile.
+// estimated estimate. Decisions without an estimate say nothing and are
+// skipped.
 func (e *EstimateError) Observe(actual, estimate time.Duration) {
 	if estimate <= 0 || actual < 0 {
 		return
 	}
-	x := min(max(float64(actual)/float64(estimate), 1.0/16), 16)
+	x := actual - estimate
 	if e.n == ErrorWindow {
 		old := e.ring[e.next]
 		i, _ := slices.BinarySearch(e.sorted, old)
@@ -52,24 +58,25 @@ func (e *EstimateError) Observe(actual, estimate time.Duration) {
 	e.sorted = slices.Insert(e.sorted, i, x)
 }
 
-// Summary is what the policy reads: the ratio's quantiles, or the zero
+// Summary is what the policy reads: the error's quantiles, or the zero
 // summary (Known false) before MinErrorSamples.
 func (e *EstimateError) Summary() ErrorSummary {
 	if e == nil || e.n < MinErrorSamples {
 		return ErrorSummary{}
 	}
-	q := func(p float64) float64 {
+	q := func(p float64) time.Duration {
 		return e.sorted[min(max(int(math.Ceil(p*float64(e.n)))-1, 0), e.n-1)]
 	}
 	return ErrorSummary{Known: true, P10: q(0.10), P50: q(0.50), P90: q(0.90)}
 }
 
-// ErrorSummary is an estimate's learned error: quantiles of actual /
-// estimated time to first token over recent decisions. Before anything is
-// learned (Known false) the policy uses its configured ErrorFraction.
+// ErrorSummary is an estimate's learned error: quantiles of actual −
+// estimated time to first token over recent decisions (negative: it came
+// sooner). Before anything is learned (Known false) the policy uses its
+// configured ErrorFraction.
 type ErrorSummary struct {
 	Known         bool
-	P10, P50, P90 float64
+	P10, P50, P90 time.Duration
 }
 
 // Pessimistic is estimate as late as it runs nine times in ten: what a
@@ -79,25 +86,14 @@ func (s ErrorSummary) Pessimistic(estimate time.Duration, fallback float64) time
 	if !s.Known {
 		return estimate + time.Duration(fallback*float64(estimate))
 	}
-	return time.Duration(s.P90 * float64(estimate))
+	return max(estimate+s.P90, 0)
 }
 
-// Central is estimate as late as it runs half the time: what refusing a
-// request relies on (refused only when even the median says it misses).
-// Unknown: estimate as it is.
+// Central is estimate as late as it runs half the time: what a bet on the
+// typical outcome relies on. Unknown: estimate as it is.
 func (s ErrorSummary) Central(estimate time.Duration) time.Duration {
 	if !s.Known {
 		return estimate
 	}
-	return time.Duration(s.P50 * float64(estimate))
-}
-
-// Spread is the relative width of the error's middle 80%: (P90 − P10) /
-// P50, how far apart two estimates must be before they can be told apart.
-// Unknown: fallback.
-func (s ErrorSummary) Spread(fallback float64) float64 {
-	if !s.Known || s.P50 <= 0 {
-		return fallback
-	}
-	return (s.P90 - s.P10) / s.P50
+	return max(estimate+s.P50, 0)
 }

@@ -18,8 +18,11 @@ const ReasonHome Reason = "home"
 // choose, and every other request by Policy. Every region core wraps its
 // policy in one, so every policy (the baselines too) keeps chains whole.
 //
-// At home: the replica if it is healthy and has room, held while it is
-// busy, refused at once (previous_response_not_found) when it is not in
+// At home: the replica if it is healthy, busy or not — selective pushing
+// (and the in-flight cap) holds a request in the balancer so that it can
+// still go elsewhere, and this one cannot: holding it buys nothing and
+// only lets its objective pass in the wrong queue, while the engine's own
+// scheduler queues it as well as the balancer would — refused at once (previous_response_not_found) when it is not in
 // the pool or is out of service — the engine's state went with it. Away:
 // forwarded to the home region while it is in the mesh and healthy
 // (whatever the WAN gate says: no other region can serve it), held while
@@ -51,8 +54,6 @@ func (h Homing) Route(req *request.Request, v *View) Decision {
 			switch {
 			case !r.Healthy:
 				return h.gone(req, v, fmt.Sprintf("the replica that holds it (%s in %s) is out of service", home.Replica, home.Region))
-			case !r.HasRoom():
-				return Decision{Action: Hold, Region: home.Region, Reason: ReasonHome}
 			}
 			return Decision{Action: Dispatch, Replica: i, Region: home.Region, Reason: ReasonHome}
 		}

@@ -8,8 +8,8 @@ import (
 )
 
 // TestAChainGoesHomeOrNowhere: a request with a Home goes to that replica
-// or that region whatever the policy would choose; busy, it waits for
-// it; gone, it is refused with previous_response_not_found; a home its
+// or that region whatever the policy would choose, busy or not (it can
+// wait nowhere better than in its engine's queue); gone, it is refused with previous_response_not_found; a home its
 // residency forbids is a 403; a home region not heard from holds it.
 // A request that may start over (request.StartOver) does, wherever its
 // home is gone — and only there.
@@ -26,7 +26,8 @@ func TestAChainGoesHomeOrNowhere(t *testing.T) {
 		gone      bool // the previous response is lost: a request that may start over does
 	}{
 		{name: "at home", home: request.Home{Region: "us-east", Replica: "r2"}, action: Dispatch, target: "r2"},
-		{name: "at home, busy", home: request.Home{Region: "us-east", Replica: "r3"}, change: func(v *View) { v.Local.Replicas[3].InFlight = 8 }, action: Hold},
+		{name: "at home, busy: nowhere else to go, so into its engine's queue", home: request.Home{Region: "us-east", Replica: "r3"},
+			change: func(v *View) { r := &v.Local.Replicas[3]; r.InFlight, r.Waiting, r.KVUsage = 8, 4, 0.99 }, action: Dispatch, target: "r3"},
 		{name: "at home, out of service", home: request.Home{Region: "us-east", Replica: "r2"}, change: func(v *View) { v.Local.Replicas[2].Healthy = false },
 			action: Reject, code: apierr.PreviousResponseNotFound, gone: true},
 		{name: "at home, no longer in the pool", home: request.Home{Region: "us-east", Replica: "r9"}, action: Reject, code: apierr.PreviousResponseNotFound, gone: true},

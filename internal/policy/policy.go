@@ -320,8 +320,11 @@ type PeerRegion struct {
 	// busy replica, as its summary said.
 	PrefillTokens int
 	// InFlightFromUs is how many of this balancer's requests are in flight
-	// at the region (forwarded and not finished).
-	InFlightFromUs int
+	// at the region (forwarded and not finished); AwaitingFromUs how many
+	// of those have not had their first token yet — the prefill a new
+	// forward waits behind, and the slots this balancer has claimed there
+	// since the region's summary.
+	InFlightFromUs, AwaitingFromUs int
 	// Offloading is how many requests the region itself has in flight at
 	// its own peers: SkyWalker prices them as the region's own load.
 	Offloading int

@@ -181,9 +181,9 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 			cached = 0
 		}
 		// The prefill queued at its least busy replica, plus what we have
-		// sent it since its summary (as if each were this request, spread
-		// over its replicas).
-		ahead := p.PrefillTokens + p.InFlightFromUs*req.PromptTokens/max(p.Replicas, 1)
+		// sent it that has not started streaming back (as if each were
+		// this request, spread over its replicas).
+		ahead := p.PrefillTokens + p.AwaitingFromUs*req.PromptTokens/max(p.Replicas, 1)
 		estimate := p.RTT + p.QueueWait + p.Prefill.Time(req.PromptTokens-cached) + time.Duration(ahead)*p.Prefill.PerToken
 		if !s.withinReach(req, v, p.Error, estimate) {
 			continue
@@ -262,8 +262,8 @@ func hasRoomFor(v *View, i int) bool {
 	if p.QueueWait > 0 {
 		return false
 	}
-	mine := p.InFlightFromUs
-	free := p.Slots - (p.Outstanding - mine) // what its summary left free, our forwards since then aside
+	mine := p.AwaitingFromUs                 // claimed since its summary, about: our forwards not yet started there
+	free := p.Slots - (p.Outstanding - mine) // what its summary left free, those aside
 	if free <= 0 {
 		return false
 	}
@@ -505,10 +505,12 @@ func (s *Skywalker) pushMargin(local time.Duration) time.Duration {
 // the estimate, as late as it runs nine times in ten (before anything is
 // learned: with ErrorFraction of itself to spare), fits what is left of
 // the request's objective after its wait here. A request without an
-// objective, or one the local region may not serve (slow beats never), is
-// within reach of any peer the filter admits.
+// objective, or one the local region may not serve now (its residency, or
+// no healthy replica: slow beats never), is within reach of any peer the
+// filter admits; so is one whose objective has passed (the balancer sheds
+// it unless it leaves now: late beats never).
 func (s *Skywalker) withinReach(req *request.Request, v *View, peerError ErrorSummary, estimate time.Duration) bool {
-	if v.Local.Objective <= 0 || !req.AllowedIn(v.Local.Jurisdiction) {
+	if v.Local.Objective <= 0 || !req.AllowedIn(v.Local.Jurisdiction) || !anyHealthy(v.Local.Replicas) || v.Local.Waited >= v.Local.Objective {
 		return true
 	}
 	return peerError.Pessimistic(estimate, s.cfg.ErrorFraction) <= remaining(&v.Local)

@@ -100,7 +100,7 @@ type Config struct {
 
 	Policy       string        `yaml:"policy"`         // SKYWALKER_POLICY; default skywalker
 	Profile      string        `yaml:"profile"`        // SKYWALKER_PROFILE: the replicas' engine profile, for prefill estimates
-	MaxInFlight  int           `yaml:"max_in_flight"`  // SKYWALKER_MAX_IN_FLIGHT per replica; default 64
+	MaxInFlight  int           `yaml:"max_in_flight"`  // SKYWALKER_MAX_IN_FLIGHT per replica; default 256
 	MaxQueue     int           `yaml:"max_queue"`      // SKYWALKER_MAX_QUEUE; default 4096
 	MaxWait      time.Duration `yaml:"max_wait"`       // SKYWALKER_MAX_WAIT; default 30 s
 	MaxBodyBytes int           `yaml:"max_body_bytes"` // SKYWALKER_MAX_BODY_BYTES; default 16 MiB

@@ -124,6 +124,7 @@ func (a *Attempt) FirstToken(now time.Time) {
 	case a.Replica != nil:
 		a.r.firstToken(now, a.Request)
 	case a.Peer != nil:
+		decrement(a.r.awaiting, a.Peer.Region)
 		a.r.told(a.Peer.Region, a.r.peerFirstToken(now, a))
 	}
 }
@@ -208,6 +209,9 @@ func (a *Attempt) finish(now time.Time, how Outcome) bool {
 		r.end(a.Request, how, service)
 	case a.Peer != nil:
 		r.forwardDone(a.Peer.Region)
+		if !a.first {
+			decrement(r.awaiting, a.Peer.Region)
+		}
 		r.told(a.Peer.Region, r.peerEnded(now, a.Peer.Region, how))
 	}
 	r.bal.PumpDepth(now, r, 1)
@@ -299,6 +303,7 @@ func (r *Region) Deliver(o balancer.Outcome) {
 			a.Peer = &p
 			a.PrefixBlocks = r.view.Peers[o.Decision.Peer].PrefixBlocks // what its digest claims
 			r.forwarding[p.Region]++
+			r.awaiting[p.Region]++
 		}
 	}
 	r.deliver(a)

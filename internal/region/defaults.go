@@ -73,8 +73,13 @@ func DefaultControlPlane() ControlPlane {
 // Defaults of a region's routing state (Config).
 const (
 	// DefaultMaxInFlight caps a replica's requests in flight before the
-	// balancer holds (selective pushing).
-	DefaultMaxInFlight = 64
+	// balancer holds (selective pushing): vLLM's default --max-num-seqs,
+	// the most an engine runs at once. An engine that reports its queue
+	// is held back by that queue and its KV usage long before (HasRoom);
+	// a lower cap only idles a fast GPU's batch — at 64, A100 replicas
+	// serving long conversations were held at the cap with a third of
+	// their KV cache used.
+	DefaultMaxInFlight = 256
 	// DefaultAdapterLoad is what loading a LoRA adapter is believed to
 	// cost when it is not configured: between a swap from vLLM's CPU
 	// adapter cache (tens of ms) and a load from local disk (hundreds).

@@ -110,14 +110,18 @@ type Region struct {
 	// region. A peer's summary is always a little old; adding what we sent
 	// since keeps a burst from herding onto the one peer that looked idle.
 	forwarding map[string]int
-	view       policy.View
-	loadReps   []policy.Replica // Load's scratch
-	matched    []int
-	deliver    func(*Attempt)
-	digests    *digestPublisher              // its own, or the one its Pools share
-	bookings   map[*request.Request]*booking // dispatched, not ended
-	retries    map[*request.Request]retried  // routed again, not yet delivered
-	bias       ratioEWMA                     // actual over estimated time to first token, of held requests
+	// awaiting counts, of those, the ones whose first token has not come
+	// back yet: the prefill a new forward would wait behind there (a
+	// forward already streaming is only load).
+	awaiting map[string]int
+	view     policy.View
+	loadReps []policy.Replica // Load's scratch
+	matched  []int
+	deliver  func(*Attempt)
+	digests  *digestPublisher              // its own, or the one its Pools share
+	bookings map[*request.Request]*booking // dispatched, not ended
+	retries  map[*request.Request]retried  // routed again, not yet delivered
+	bias     ratioEWMA                     // actual over estimated time to first token, of held requests
 	// estimate is how every dispatch's first token compared with its
 	// estimate (policy.LocalRegion.Error).
 	estimate policy.EstimateError
@@ -150,7 +154,7 @@ func New(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*Region, error)
 	}
 	cfg = cfg.withDefaults()
 	r := &Region{cfg: cfg, bal: balancer.New(policy.Homing{Policy: pol}, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
-		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
+		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, awaiting: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
 		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]retried{}, tenantBias: map[flow]*ratioEWMA{},
 		trust: map[string]*peerTrust{}}
 	r.digests = &digestPublisher{sources: []*Region{r}}
@@ -228,11 +232,15 @@ func (r *Region) Peers() []Peer { return r.peers }
 func (r *Region) forwardingTo(peer string) int { return r.forwarding[peer] }
 
 // forwardDone records the end of a request forwarded to peer.
-func (r *Region) forwardDone(peer string) {
-	if n := r.forwarding[peer]; n > 1 {
-		r.forwarding[peer] = n - 1
+func (r *Region) forwardDone(peer string) { decrement(r.forwarding, peer) }
+
+// decrement takes one off m[key], never below zero, forgetting the key at
+// zero.
+func decrement(m map[string]int, key string) {
+	if n := m[key]; n > 1 {
+		m[key] = n - 1
 	} else {
-		delete(r.forwarding, peer)
+		delete(m, key)
 	}
 }
 
@@ -308,7 +316,7 @@ func (r *Region) View(req *request.Request) *policy.View {
 	for i := range r.peers {
 		p := &r.peers[i]
 		pr := p.Policy()
-		pr.InFlightFromUs = r.forwarding[p.Region]
+		pr.InFlightFromUs, pr.AwaitingFromUs = r.forwarding[p.Region], r.awaiting[p.Region]
 		pr.Outstanding += pr.InFlightFromUs
 		if t := r.trust[p.Region]; t != nil {
 			pr.Error = t.estimate.Summary()

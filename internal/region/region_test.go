@@ -539,8 +539,8 @@ func TestTheRegionLearnsHowItsEstimatesErrHereAndAtEachPeer(t *testing.T) {
 		r.end(q, Served, time.Second)
 		at = at.Add(time.Second)
 	}
-	if e := r.View(probeReq()).Local.Error; !e.Known || e.P50 < 2.9 || e.P50 > 3.1 {
-		t.Errorf("local error %+v after first tokens 3× their estimates, want P50 ≈ 3", e)
+	if e := r.View(probeReq()).Local.Error; !e.Known || e.P50 != 200*time.Millisecond {
+		t.Errorf("local error %+v after first tokens 200 ms later than estimated, want P50 200 ms", e)
 	}
 	peer := Peer{Region: "eu-west", Jurisdiction: "eu", Healthy: true, GateOpen: true, RTT: 70 * time.Millisecond,
 		Load: Load{Replicas: 4, Slots: 256, Outstanding: 0}}
@@ -561,7 +561,7 @@ func TestTheRegionLearnsHowItsEstimatesErrHereAndAtEachPeer(t *testing.T) {
 		a.FirstToken(at.Add(a.Decision.Estimate / 2))
 		a.End(at.Add(time.Second), Served)
 	}
-	if e := r.View(probeReq()).Peers[0].Error; !e.Known || e.P50 < 0.45 || e.P50 > 0.55 {
-		t.Errorf("peer error %+v after first tokens in half their estimates, want P50 ≈ 0.5", e)
+	if e := r.View(probeReq()).Peers[0].Error; !e.Known || e.P50 >= 0 {
+		t.Errorf("peer error %+v after first tokens in half their estimates, want them early", e)
 	}
 }
