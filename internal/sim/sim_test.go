@@ -90,6 +90,12 @@ func TestQuickstartServesEveryRequest(t *testing.T) {
 		if r.TTFTP50Ms <= 0 || r.ThroughputTokS <= 0 {
 			t.Errorf("%s: empty metrics %+v", r.Policy, r)
 		}
+		// Wave 4's promise on the first thing a user runs: held work
+		// drains, nothing is held past a cold start, a passed objective is
+		// served late on a free slot — SkyWalker drops nothing here.
+		if r.Policy == "skywalker" && r.Dropped != 0 {
+			t.Errorf("skywalker dropped %d requests (%v); the quickstart's fleet serves every one", r.Dropped, r.Drops)
+		}
 	}
 }
 
@@ -753,5 +759,40 @@ func TestTheTimeToFirstTokenIsSplitWhereItWent(t *testing.T) {
 	}
 	if sky.CrossRegion > 0 && sky.TimeParts.NetworkP99Ms <= local.TimeParts.NetworkP99Ms {
 		t.Errorf("skywalker forwarded %.1f%% but its network p99 %v ms is no more than local's %v", 100*sky.CrossRegion, sky.TimeParts.NetworkP99Ms, local.TimeParts.NetworkP99Ms)
+	}
+}
+
+// TestEveryRegionIsEstimatedWithItsOwnHardware: on regions of three GPU
+// generations, every router sees each peer's prefill profile as that
+// peer's own (its summary carries it), and its own as its own — no speed
+// read anywhere is another region's.
+func TestEveryRegionIsEstimatedWithItsOwnHardware(t *testing.T) {
+	s := scenario(t, "mixed-gpus")
+	w := scenarioWorld(t, s, func(*Config) {})
+	runUntil(t, w, 30*time.Second)
+	own := map[string]policy.PrefillProfile{}
+	for _, r := range s.Regions {
+		prof, err := profile.Lookup(r.Profile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		own[r.Name] = policy.PrefillOf(prof)
+	}
+	// Learned speed may scale a profile: compare the per-token terms'
+	// order, which three generations apart cannot confuse.
+	perToken := func(p policy.PrefillProfile) time.Duration { return p.PerToken }
+	for _, r := range w.routers {
+		v := r.core.Pool("").View(&request.Request{ID: "probe", PromptTokens: 128, BlockTokens: 128})
+		if got, want := perToken(v.Local.Prefill), perToken(own[r.name]); got < want/2 || got > 2*want {
+			t.Errorf("%s estimates itself at %v per token, its profile says %v", r.name, got, want)
+		}
+		if len(v.Peers) != len(s.Regions)-1 {
+			t.Fatalf("%s sees %d peers, want %d", r.name, len(v.Peers), len(s.Regions)-1)
+		}
+		for _, p := range v.Peers {
+			if got, want := perToken(p.Prefill), perToken(own[p.Name]); got < want/2 || got > 2*want {
+				t.Errorf("%s estimates %s at %v per token, %s's profile says %v", r.name, p.Name, got, p.Name, want)
+			}
+		}
 	}
 }
