@@ -410,12 +410,10 @@ func (b *Balancer) Pump(now time.Time, env Env) int {
 func (b *Balancer) PumpDepth(now time.Time, env Env, depth int) int {
 	left := b.Expire(now, env)
 	stillHeld := 0
-	for i := 0; i < len(b.queue) && stillHeld < max(depth, 1); {
+	i := 0
+	for i < len(b.queue) && stillHeld < max(depth, 1) {
 		h := b.queue[i]
-		v := env.View(h.req)
-		v.Local.Queued, v.Local.Held, v.Local.Waited = i, len(b.queue), now.Sub(h.since)
-		v.Local.Objective = b.objective(h.req)
-		d := b.policy.Route(h.req, v)
+		d, _ := b.routeHeld(now, h, i, env)
 		switch d.Action {
 		case policy.Hold:
 			h.reason = d.Reason
@@ -426,38 +424,51 @@ func (b *Balancer) PumpDepth(now time.Time, env Env, depth int) int {
 			b.remove(i, true)
 			env.Deliver(Outcome{Request: h.req, Decision: d, Err: b.refusal(h.req, d), Waited: now.Sub(h.since)})
 		default:
-			b.remove(i, true)
-			env.Deliver(Outcome{Request: h.req, Decision: d, Waited: now.Sub(h.since), Admitted: h.estimate, Submitted: h.since})
+			b.leave(now, i, h, d, env)
 		}
 		left++
 		stillHeld = 0
 	}
-	return left + b.drainTail(now, env, depth)
+	return left + b.drainTail(now, env, depth, i)
+}
+
+// routeHeld routes h, held at index i, as the queue stands at now, and
+// returns the decision and the view it was made on.
+func (b *Balancer) routeHeld(now time.Time, h *held, i int, env Env) (policy.Decision, *policy.View) {
+	v := env.View(h.req)
+	v.Local.Queued, v.Local.Held, v.Local.Waited = i, len(b.queue), now.Sub(h.since)
+	v.Local.Objective = b.objective(h.req)
+	return b.policy.Route(h.req, v), v
+}
+
+// leave takes h, held at index i, out of the queue to be served as d
+// says.
+func (b *Balancer) leave(now time.Time, i int, h *held, d policy.Decision, env Env) {
+	b.remove(i, true)
+	env.Deliver(Outcome{Request: h.req, Decision: d, Waited: now.Sub(h.since), Admitted: h.estimate, Submitted: h.since})
 }
 
 // drainTail re-routes held requests from the back of the queue, up to
 // depth in a row that stay, taking only forwards: the requests that
 // would wait here longest are the ones a peer with room should take
 // (work-conserving pooling), and a pump from the head alone never reaches
-// them while the head stays held. A dispatch is left for its turn, so
-// nobody overtakes the queue here. It returns how many left.
-func (b *Balancer) drainTail(now time.Time, env Env, depth int) int {
+// them while the head stays held. It stops at from, where the scan from
+// the head stopped (what is before it was just routed). A dispatch is left
+// for its turn, so nobody overtakes the queue here. It returns how many
+// left.
+func (b *Balancer) drainTail(now time.Time, env Env, depth, from int) int {
 	left, stayed := 0, 0
-	for i := len(b.queue) - 1; i >= 0 && stayed < max(depth, 1); i-- {
+	for i := len(b.queue) - 1; i >= from && stayed < max(depth, 1); i-- {
 		h := b.queue[i]
-		v := env.View(h.req)
-		v.Local.Queued, v.Local.Held, v.Local.Waited = i, len(b.queue), now.Sub(h.since)
-		v.Local.Objective = b.objective(h.req)
+		d, v := b.routeHeld(now, h, i, env)
 		if !anyPeerOpen(v) {
 			return left // nobody to drain to: the view is the same for every request
 		}
-		d := b.policy.Route(h.req, v)
 		if d.Action != policy.Forward {
 			stayed++
 			continue
 		}
-		b.remove(i, true)
-		env.Deliver(Outcome{Request: h.req, Decision: d, Waited: now.Sub(h.since), Admitted: h.estimate, Submitted: h.since})
+		b.leave(now, i, h, d, env)
 		left++
 		stayed = 0
 	}
@@ -513,15 +524,11 @@ func (b *Balancer) Expire(now time.Time, env Env) int {
 // free slot delays nobody. It reports whether the request left.
 func (b *Balancer) serveLate(now time.Time, h *held, env Env) bool {
 	i := b.indexOf(h)
-	v := env.View(h.req)
-	v.Local.Queued, v.Local.Held, v.Local.Waited = i, len(b.queue), now.Sub(h.since)
-	v.Local.Objective = b.objective(h.req)
-	d := b.policy.Route(h.req, v)
+	d, _ := b.routeHeld(now, h, i, env)
 	if d.Action != policy.Dispatch && d.Action != policy.Forward {
 		return false
 	}
-	b.remove(i, true)
-	env.Deliver(Outcome{Request: h.req, Decision: d, Waited: now.Sub(h.since), Admitted: h.estimate, Submitted: h.since})
+	b.leave(now, i, h, d, env)
 	return true
 }
 

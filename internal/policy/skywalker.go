@@ -185,7 +185,7 @@ func (s *Skywalker) Route(req *request.Request, v *View) Decision {
 		// this request, spread over its replicas).
 		ahead := p.PrefillTokens + p.AwaitingFromUs*req.PromptTokens/max(p.Replicas, 1)
 		estimate := p.RTT + p.QueueWait + p.Prefill.Time(req.PromptTokens-cached) + time.Duration(ahead)*p.Prefill.PerToken
-		if !s.withinReach(req, v, p.Error, estimate) {
+		if !s.withinReach(v, localOK, p.Error, estimate) {
 			continue
 		}
 		uncached := req.PromptTokens - cached
@@ -505,12 +505,12 @@ func (s *Skywalker) pushMargin(local time.Duration) time.Duration {
 // the estimate, as late as it runs nine times in ten (before anything is
 // learned: with ErrorFraction of itself to spare), fits what is left of
 // the request's objective after its wait here. A request without an
-// objective, or one the local region may not serve now (its residency, or
-// no healthy replica: slow beats never), is within reach of any peer the
-// filter admits; so is one whose objective has passed (the balancer sheds
-// it unless it leaves now: late beats never).
-func (s *Skywalker) withinReach(req *request.Request, v *View, peerError ErrorSummary, estimate time.Duration) bool {
-	if v.Local.Objective <= 0 || !req.AllowedIn(v.Local.Jurisdiction) || !anyHealthy(v.Local.Replicas) || v.Local.Waited >= v.Local.Objective {
+// objective, or one the local region may not serve now (localOK false:
+// its residency, or no healthy replica — slow beats never), is within
+// reach of any peer the filter admits; so is one whose objective has
+// passed (the balancer sheds it unless it leaves now: late beats never).
+func (s *Skywalker) withinReach(v *View, localOK bool, peerError ErrorSummary, estimate time.Duration) bool {
+	if v.Local.Objective <= 0 || !localOK || v.Local.Waited >= v.Local.Objective {
 		return true
 	}
 	return peerError.Pessimistic(estimate, s.cfg.ErrorFraction) <= remaining(&v.Local)
