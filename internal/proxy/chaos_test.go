@@ -329,7 +329,7 @@ func TestChaos(t *testing.T) {
 		p := startSoloWith(t, []string{url}, func(c *Config) { c.MaxInFlight, c.Profile = 1, prof.Name }, Options{Peers: peers})
 		testwait.Eventually(t, 30*time.Second, "the router to see the lying peer", func() (bool, string) {
 			p.srv.router.Pump()
-			return len(p.srv.router.snapshot().peers) == 1, "no peer in the router's view"
+			return len(p.srv.router.snapshot().Peers) == 1, "no peer in the router's view"
 		})
 		tl := burst(p.addr, 30, 20)
 		row("a peer that advertises idle capacity and swallows every forward (30 at once)", tl)

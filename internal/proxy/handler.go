@@ -398,19 +398,19 @@ func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 		Queue     any           `json:"queue"`
 		Hold      holdSummary   `json:"hold"`
 		Decisions []Decision    `json:"recent_decisions"`
-	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: snap.policy, Queue: snap.held, Hold: summarizeHold(snap.recent), Decisions: snap.recent}
-	for _, h := range snap.states {
-		m, url := h.metrics, ""
+	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: snap.policy, Queue: snap.Held, Hold: summarizeHold(snap.recent), Decisions: snap.recent}
+	for _, h := range snap.Replicas {
+		m, url := h.Metrics, ""
 		for _, rp := range snap.replicas {
-			if rp.host == h.name && rp.url != nil {
+			if rp.host == h.Name && rp.url != nil {
 				url = rp.url.String()
 			}
 		}
-		out.Replicas = append(out.Replicas, replicaView{Model: h.model, Name: h.name, URL: url, Healthy: h.healthy, InFlight: h.inFlight,
-			DispatchCap: h.dispatchCap, Waiting: m.Waiting, Running: m.Running, KVUsage: m.KVUsage, Metrics: m.Known, Blocks: h.indexedBlocks,
-			CacheSource: h.cacheSource.String()})
+		out.Replicas = append(out.Replicas, replicaView{Model: h.Model, Name: h.Name, URL: url, Healthy: h.Healthy, InFlight: h.InFlight,
+			DispatchCap: h.DispatchCap, Waiting: m.Waiting, Running: m.Running, KVUsage: m.KVUsage, Metrics: m.Known, Blocks: h.IndexedBlocks,
+			CacheSource: h.CacheSource.String()})
 	}
-	for _, p := range snap.peers {
+	for _, p := range snap.Peers {
 		out.Peers = append(out.Peers, peerView{Region: p.Region, Healthy: p.Healthy, Nodes: p.Nodes, RTTMs: float64(p.RTT) / 1e6,
 			Loss: p.Loss, GateOpen: p.GateOpen, Gate: p.Gate, AgeMs: float64(p.DataAge) / 1e6, Queued: p.Load.Queued, Replicas: p.Load.Replicas})
 	}

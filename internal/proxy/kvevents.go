@@ -224,17 +224,17 @@ func (k kvSink) Lost(rank int, why string) {
 func (r *Router) engineEvents(host string, rank int, events []kvevents.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.core.ForReplica(host, func(pool *region.Region, h *region.Replica) { pool.EngineEvents(r.now(), h, rank, events) })
+	r.core.EngineEvents(r.now(), host, rank, events)
 }
 
 func (r *Router) engineRestarted(host string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.core.ForReplica(host, func(pool *region.Region, h *region.Replica) { pool.EngineRestarted(h) })
+	r.core.EngineStreamChanged(host, region.StreamRestarted)
 }
 
 func (r *Router) engineLost(host string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.core.ForReplica(host, func(pool *region.Region, h *region.Replica) { pool.EngineEventsLost(h) })
+	r.core.EngineStreamChanged(host, region.StreamLost)
 }

@@ -141,23 +141,23 @@ func (c stateCollector) Describe(ch chan<- *prometheus.Desc) {
 func (c stateCollector) Collect(ch chan<- prometheus.Metric) {
 	d := c.descs()
 	snap := c.r.snapshot()
-	ch <- prometheus.MustNewConstMetric(d[0], prometheus.GaugeValue, float64(snap.queued))
-	for _, h := range snap.states {
-		ch <- prometheus.MustNewConstMetric(d[1], prometheus.GaugeValue, b2f(h.healthy), h.name)
-		ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(h.inFlight), h.name)
-		ch <- prometheus.MustNewConstMetric(d[8], prometheus.GaugeValue, float64(h.dispatchCap), h.name)
-		ch <- prometheus.MustNewConstMetric(d[9], prometheus.GaugeValue, float64(h.cacheTokens), h.name)
-		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(h.truth.Predicted), h.name, "predicted")
-		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(h.truth.Actual), h.name, "reported")
+	ch <- prometheus.MustNewConstMetric(d[0], prometheus.GaugeValue, float64(snap.Queued))
+	for _, h := range snap.Replicas {
+		ch <- prometheus.MustNewConstMetric(d[1], prometheus.GaugeValue, b2f(h.Healthy), h.Name)
+		ch <- prometheus.MustNewConstMetric(d[2], prometheus.GaugeValue, float64(h.InFlight), h.Name)
+		ch <- prometheus.MustNewConstMetric(d[8], prometheus.GaugeValue, float64(h.DispatchCap), h.Name)
+		ch <- prometheus.MustNewConstMetric(d[9], prometheus.GaugeValue, float64(h.CacheTokens), h.Name)
+		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(h.Truth.Predicted), h.Name, "predicted")
+		ch <- prometheus.MustNewConstMetric(d[10], prometheus.CounterValue, float64(h.Truth.Actual), h.Name, "reported")
 	}
 	queued := map[[2]string]int{}
-	for k, n := range snap.heldBy {
-		queued[[2]string{k.class.String(), c.tenants.label(k.tenant)}] += n
+	for k, n := range snap.HeldBy {
+		queued[[2]string{k.Class.String(), c.tenants.label(k.Tenant)}] += n
 	}
 	for k, n := range queued {
 		ch <- prometheus.MustNewConstMetric(d[7], prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
-	for _, p := range snap.peers {
+	for _, p := range snap.Peers {
 		ch <- prometheus.MustNewConstMetric(d[3], prometheus.GaugeValue, p.RTT.Seconds(), p.Region)
 		ch <- prometheus.MustNewConstMetric(d[4], prometheus.GaugeValue, b2f(p.GateOpen), p.Region, p.Gate)
 		ch <- prometheus.MustNewConstMetric(d[5], prometheus.GaugeValue, p.DataAge.Seconds(), p.Region)

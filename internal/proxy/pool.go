@@ -375,38 +375,16 @@ func (r *Router) remoteModels() []remoteModel {
 func (r *Router) resolve(model string) (base, adapter string, err *apierr.Error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	unknownHere, _ := r.core.Serves("")
-	if model == "" {
-		var local []string
-		for _, m := range r.core.Models() {
-			if here, _ := r.core.Serves(m); here {
-				local = append(local, m)
-			}
-		}
-		if len(local) == 1 {
-			return local[0], "", nil
-		}
-		if len(local) > 1 {
-			return "", "", &apierr.Error{Code: apierr.InvalidRequest, Param: "model",
-				Message: fmt.Sprintf("the request names no model and this region serves several: %s", strings.Join(r.core.ServedModels(), ", "))}
-		}
-	} else {
-		if here, peers := r.core.Serves(model); here || peers {
-			return model, "", nil
-		}
+	return r.core.Resolve(model, func(adapter string) string {
 		for _, rp := range r.replicas {
 			if cards := rp.models.Load(); cards != nil {
 				for _, c := range *cards {
-					if c.ID == model && c.Parent != "" {
-						return c.Parent, model, nil
+					if c.ID == adapter && c.Parent != "" {
+						return c.Parent
 					}
 				}
 			}
 		}
-	}
-	if unknownHere {
-		return "", "", nil
-	}
-	return "", "", &apierr.Error{Code: apierr.ModelNotFound, Param: "model",
-		Message: fmt.Sprintf("the model %q is not served here or by any peer region (served: %s)", model, strings.Join(r.core.ServedModels(), ", "))}
+		return ""
+	})
 }

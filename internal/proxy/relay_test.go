@@ -194,7 +194,7 @@ func TestAClaimedJurisdictionIsNotTrusted(t *testing.T) {
 		req.Header.Set("X-Data-Residency", "eu")
 		var resp *http.Response
 		testwait.Eventually(t, 30*time.Second, "the router to see the peer", func() (bool, string) {
-			if len(p.srv.router.snapshot().peers) == 1 {
+			if len(p.srv.router.snapshot().Peers) == 1 {
 				return true, ""
 			}
 			p.srv.router.Pump()

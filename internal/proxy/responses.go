@@ -13,7 +13,6 @@ import (
 
 	"skywalker/internal/apierr"
 	"skywalker/internal/mesh"
-	"skywalker/internal/region"
 	"skywalker/internal/request"
 	"skywalker/internal/responses"
 )
@@ -335,9 +334,7 @@ func (r *Router) replicaNamed(name string) (*replica, bool) {
 	defer r.mu.Unlock()
 	for _, rp := range r.replicas {
 		if rp.host == name {
-			healthy := false
-			r.core.ForReplica(name, func(_ *region.Region, h *region.Replica) { healthy = healthy || h.Healthy() })
-			return rp, healthy
+			return rp, r.core.Healthy(name)
 		}
 	}
 	return nil, false

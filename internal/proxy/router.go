@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"skywalker/internal/apierr"
-	"skywalker/internal/balancer"
 	"skywalker/internal/digest"
 	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
@@ -52,7 +51,7 @@ func (rp *replica) name() string { return rp.host }
 type Router struct {
 	mu       sync.Mutex
 	cfg      Config
-	core     *region.Pools
+	core     *region.Node
 	replicas []*replica // sorted by host
 	mesh     PeerSource
 	waiters  map[*request.Request]chan routed
@@ -60,7 +59,7 @@ type Router struct {
 	// first byte: when the replica is ejected they are ended at once and
 	// retried elsewhere, not left to their own timeout (minutes, for a
 	// response that is not streamed).
-	unanswered map[*region.Replica]map[*firstByteWait]struct{}
+	unanswered map[string]map[*firstByteWait]struct{}
 	now        func() time.Time
 
 	recent     []Decision // ring of recent decisions, for /debug/skywalker
@@ -101,7 +100,7 @@ type RouterOptions struct {
 
 // NewRouter returns a router for cfg (validated) with no replicas.
 func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
-	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]chan routed{}, unanswered: map[*region.Replica]map[*firstByteWait]struct{}{}, now: opts.Clock, recent: make([]Decision, 64),
+	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]chan routed{}, unanswered: map[string]map[*firstByteWait]struct{}{}, now: opts.Clock, recent: make([]Decision, 64),
 		observe: opts.Observe}
 	if r.now == nil {
 		r.now = time.Now
@@ -113,7 +112,7 @@ func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
 		}
 		policyFor = func(string) (policy.Policy, error) { return opts.Policy, nil }
 	}
-	r.core = region.NewPools(func(model string) region.Config {
+	r.core = region.NewNode(func(model string) region.Config {
 		rc := cfg.RegionConfigFor(model)
 		rc.OnDistrust = opts.OnDistrust
 		return rc
@@ -200,8 +199,8 @@ func (r *Router) modelsLearned() error {
 }
 
 // replicaOf returns the HTTP side of a core replica. Called with r.mu held.
-func (r *Router) replicaOf(h *region.Replica) *replica {
-	i, ok := slices.BinarySearchFunc(r.replicas, h.Name(), func(rp *replica, host string) int { return strings.Compare(rp.host, host) })
+func (r *Router) replicaOf(name string) *replica {
+	i, ok := slices.BinarySearchFunc(r.replicas, name, func(rp *replica, host string) int { return strings.Compare(rp.host, host) })
 	if !ok {
 		return nil
 	}
@@ -265,11 +264,11 @@ var errReplicaEjected = errors.New("the replica was ejected while the request wa
 // awaitingFirstByte registers an attempt at rp waiting for its first
 // byte, ended with errReplicaEjected through cancel if rp is ejected
 // meanwhile; answered unregisters it.
-func (r *Router) awaitingFirstByte(rp *region.Replica, cancel context.CancelCauseFunc) (answered func()) {
+func (r *Router) awaitingFirstByte(rp string, cancel context.CancelCauseFunc) (answered func()) {
 	w := &firstByteWait{cancel: cancel}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !rp.Healthy() {
+	if !r.core.Healthy(rp) {
 		cancel(errReplicaEjected)
 		return func() {}
 	}
@@ -289,8 +288,8 @@ func (r *Router) awaitingFirstByte(rp *region.Replica, cancel context.CancelCaus
 
 // endUnansweredIfEjected ends the attempts waiting for their first byte at
 // rp if it is no longer in service. Called with mu held.
-func (r *Router) endUnansweredIfEjected(rp *region.Replica) {
-	if rp == nil || rp.Healthy() {
+func (r *Router) endUnansweredIfEjected(rp string) {
+	if rp == "" || r.core.Healthy(rp) {
 		return
 	}
 	for w := range r.unanswered[rp] {
@@ -346,7 +345,7 @@ func (r *Router) await(ctx context.Context, req *request.Request, act func() reg
 // delivered receives the core's attempts. Called with r.mu held.
 func (r *Router) delivered(a *region.Attempt) {
 	out := routed{Attempt: a}
-	if a.Replica != nil {
+	if a.Replica != "" {
 		out.replica = r.replicaOf(a.Replica)
 	}
 	r.record(a)
@@ -370,8 +369,8 @@ func (r *Router) record(a *region.Attempt) {
 	switch {
 	case a.Err != nil:
 		rec.Action, rec.Error = "reject", a.Err.Message
-	case a.Replica != nil:
-		rec.Target = a.Replica.Name()
+	case a.Replica != "":
+		rec.Target = a.Replica
 	}
 	r.recent[r.recentNext%len(r.recent)] = rec
 	r.recentNext++
@@ -469,49 +468,35 @@ func (r *Router) setPeerSource(p PeerSource) {
 	r.mu.Unlock()
 }
 
-// ScrapeMark is where the named replica's counters stood, in each pool it
-// serves, when a scrape of its engine began.
-type ScrapeMark map[*region.Replica]region.ScrapeMark
-
 // ObserveScrape records one scrape of the named replica, in every pool it
 // serves: the status and body of its /metrics answer (status 0: the
 // scrape failed). A page without vLLM or SGLang names leaves the engine's
 // queue unknown. It reports whether the engine exposed queue metrics.
-func (r *Router) ObserveScrape(replica string, mark ScrapeMark, status int, page io.Reader) bool {
+func (r *Router) ObserveScrape(replica string, mark region.ScrapeMark, status int, page io.Reader) bool {
 	var m region.Metrics
 	if status == http.StatusOK && page != nil {
 		m, _ = parseEngineMetrics(page)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.core.ForReplica(replica, func(pool *region.Region, h *region.Replica) {
-		if at, ok := mark[h]; ok {
-			pool.ScrapedSince(h, m, at)
-		} else {
-			pool.Scraped(h, m) // it joined the pool while the scrape was out
-		}
-	})
+	r.core.Scraped(replica, m, mark)
 	return m.Known
 }
 
 // MarkScrape is called as a scrape of the named replica begins; its mark
 // goes to ObserveScrape.
-func (r *Router) MarkScrape(replica string) ScrapeMark {
+func (r *Router) MarkScrape(replica string) region.ScrapeMark {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	marks := ScrapeMark{}
-	r.core.ForReplica(replica, func(pool *region.Region, h *region.Replica) { marks[h] = pool.MarkScrape(h) })
-	return marks
+	return r.core.MarkScrape(replica)
 }
 
 // ObserveHealth records one health check of the named replica.
 func (r *Router) ObserveHealth(replica string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.core.ForReplica(replica, func(pool *region.Region, h *region.Replica) {
-		pool.HealthChecked(h, ok)
-		r.endUnansweredIfEjected(h)
-	})
+	r.core.HealthChecked(replica, ok)
+	r.endUnansweredIfEjected(replica)
 }
 
 // View returns a copy of the view the policy would route req by now (in
@@ -519,25 +504,15 @@ func (r *Router) ObserveHealth(replica string, ok bool) {
 func (r *Router) View(req *request.Request) policy.View {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	pool := r.core.Pool(req.Base)
-	if pool == nil {
-		return policy.View{}
-	}
-	v := pool.View(req)
-	v.Local.Queued = pool.Queued()
-	return policy.View{Local: cloneLocal(v.Local), Peers: slices.Clone(v.Peers)}
-}
-
-func cloneLocal(l policy.LocalRegion) policy.LocalRegion {
-	l.Replicas = slices.Clone(l.Replicas)
-	return l
+	v, _ := r.core.Explain(req)
+	return v
 }
 
 // ReplicaStates is the core's bookkeeping of every replica.
 func (r *Router) ReplicaStates() []region.ReplicaState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.core.ReplicaStates()
+	return r.core.Snapshot(r.now()).Replicas
 }
 
 // snapshot is a consistent copy of the router's state, for the readers
@@ -545,32 +520,10 @@ func (r *Router) ReplicaStates() []region.ReplicaState {
 // server's accessors); replicaSides is the cheap part. With the request
 // path's methods, they are the only places that take the router's lock.
 type snapshot struct {
+	region.Snapshot
 	policy   string
-	queued   int
 	replicas []*replica // the HTTP sides, in the core's order
-	states   []replicaState
-	peers    []region.Peer
-	held     []balancer.HeldRequest
-	heldBy   map[heldKey]int
 	recent   []Decision // oldest first
-}
-
-// replicaState is one replica as the core holds it, copied.
-type replicaState struct {
-	model                                   string // the pool's
-	name                                    string
-	healthy                                 bool
-	inFlight                                int
-	metrics                                 region.Metrics
-	indexedBlocks, dispatchCap, cacheTokens int
-	truth                                   region.CacheTruth
-	cacheSource                             region.CacheSource
-}
-
-// heldKey is a (class, tenant) of held requests.
-type heldKey struct {
-	class  request.Class
-	tenant string
 }
 
 // replicaSides is the replicas' HTTP sides, in the core's order: the cheap
@@ -585,16 +538,7 @@ func (r *Router) replicaSides() []*replica {
 func (r *Router) snapshot() snapshot {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := snapshot{policy: r.cfg.Policy, queued: r.core.Queued(), replicas: slices.Clone(r.replicas),
-		peers: slices.Clone(r.core.Peers()), held: r.core.Held(r.now()), heldBy: map[heldKey]int{}}
-	r.core.Each(func(model string, pool *region.Region) {
-		for _, h := range pool.Replicas() {
-			out.states = append(out.states, replicaState{model: model, name: h.Name(), healthy: h.Healthy(), inFlight: h.InFlight(), metrics: h.Metrics(),
-				indexedBlocks: pool.IndexedBlocks(h), dispatchCap: pool.DispatchCap(h), cacheTokens: pool.BelievedCacheTokens(h),
-				truth: pool.Truth(h), cacheSource: pool.CacheSource(h)})
-		}
-	})
-	r.core.HeldBy(func(class request.Class, tenant string, n int) { out.heldBy[heldKey{class, tenant}] += n })
+	out := snapshot{Snapshot: r.core.Snapshot(r.now()), policy: r.cfg.Policy, replicas: slices.Clone(r.replicas)}
 	for i := range len(r.recent) {
 		if d := r.recent[(r.recentNext+i)%len(r.recent)]; d.ID != "" {
 			out.recent = append(out.recent, d)
@@ -608,10 +552,8 @@ func (r *Router) snapshot() snapshot {
 func (r *Router) Decide(req *request.Request) policy.Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if pool := r.core.Pool(req.Base); pool != nil {
-		return pool.Decide(req)
-	}
-	return policy.Decision{Action: policy.Reject, Reason: policy.ReasonNoRegion}
+	_, d := r.core.Explain(req)
+	return d
 }
 
 // Load implements mesh.Source: this node's load summary.
@@ -649,14 +591,14 @@ func (r *Router) Digest() *digest.Digest {
 func (r *Router) healthyReplicas() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.core.HealthyReplicas()
+	return r.core.Load().Replicas
 }
 
 // queued is the number of held requests.
 func (r *Router) queued() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.core.Queued()
+	return r.core.Load().Queued
 }
 
 // modelCards returns the union of the replicas' model cards, one per id

@@ -143,7 +143,7 @@ func (s *Server) SetPeers(p PeerSource) { s.router.setPeerSource(p) }
 func (s *Server) QueueLength() int { return s.router.queued() }
 
 // Peers is the peers' snapshot the router last routed with.
-func (s *Server) Peers() []region.Peer { return s.router.snapshot().peers }
+func (s *Server) Peers() []region.Peer { return s.router.snapshot().Peers }
 
 // Replicas is the number of replicas in the pool.
 func (s *Server) Replicas() int { return len(s.router.replicaSides()) }

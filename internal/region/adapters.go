@@ -29,7 +29,7 @@ type adapterState struct {
 
 // slots is how many adapters rp holds at once, and whether its engine
 // said so.
-func (rp *Replica) loraSlots() (int, bool) {
+func (rp *replica) loraSlots() (int, bool) {
 	if n := rp.metrics.MaxLoRAs; n > 0 {
 		return n, true
 	}
@@ -37,7 +37,7 @@ func (rp *Replica) loraSlots() (int, bool) {
 }
 
 // touch records that adapter was used on rp now.
-func (rp *Replica) touchAdapter(adapter string) {
+func (rp *replica) touchAdapter(adapter string) {
 	a := &rp.adapters
 	if i := slices.Index(a.recent, adapter); i >= 0 {
 		a.recent = slices.Delete(a.recent, i, i+1)
@@ -50,7 +50,7 @@ func (rp *Replica) touchAdapter(adapter string) {
 
 // adapterResident reports whether adapter is believed resident on rp: it
 // is among the slots' worth most recently used there.
-func (rp *Replica) adapterResident(adapter string) bool {
+func (rp *replica) adapterResident(adapter string) bool {
 	slots, _ := rp.loraSlots()
 	recent := rp.adapters.recent
 	return slices.Contains(recent[max(len(recent)-slots, 0):], adapter)
@@ -60,7 +60,7 @@ func (rp *Replica) adapterResident(adapter string) bool {
 // rp now: its adapter is not resident, the engine says how many slots it
 // has, and this node's requests in flight there use that many other
 // adapters.
-func (rp *Replica) adapterBlocked(adapter string) bool {
+func (rp *replica) adapterBlocked(adapter string) bool {
 	slots, known := rp.loraSlots()
 	if !known || rp.adapters.inFlight[adapter] > 0 {
 		return false
@@ -69,7 +69,7 @@ func (rp *Replica) adapterBlocked(adapter string) bool {
 }
 
 // adapterDispatched books a request of adapter sent to rp.
-func (rp *Replica) adapterDispatched(adapter string) {
+func (rp *replica) adapterDispatched(adapter string) {
 	if adapter == "" {
 		return
 	}
@@ -81,7 +81,7 @@ func (rp *Replica) adapterDispatched(adapter string) {
 }
 
 // adapterEnded books the end of a request of adapter on rp.
-func (rp *Replica) adapterEnded(adapter string) {
+func (rp *replica) adapterEnded(adapter string) {
 	if adapter == "" {
 		return
 	}

@@ -26,7 +26,7 @@ func TestAdapterResidencyIsLearnedFromRoutingAndTheEngine(t *testing.T) {
 		t.Errorf("the engine reports c running on r1: want it resident there only, view %+v", v.Local.Replicas)
 	}
 	r.Submit(t0, adapterReq("a1", "a", 2))
-	sent := last(t, got).Replica
+	sent := last(t, got).rp
 	v := r.View(adapterReq("a2", "a", 3))
 	for i, rp := range r.Replicas() {
 		if v.Local.Replicas[i].AdapterResident != (rp == sent) {

@@ -29,13 +29,13 @@ import (
 // Attempt is one try at serving a request, handed to the driver when the
 // core delivers a decision. Its methods must be called in order, from the
 // driver that holds the region (they are not safe for concurrent use,
-// like the Region): FirstToken at most once, CacheReported before End, End
+// like the Node): FirstToken at most once, CacheReported before End, End
 // (or Continue) exactly once. An ended attempt ignores further calls.
 type Attempt struct {
 	balancer.Outcome
-	// Replica is the local replica, for a Dispatch. Its slot is taken until
-	// End.
-	Replica *Replica
+	// Replica names the local replica, for a Dispatch. Its slot is taken
+	// until End.
+	Replica string
 	// Peer is the peer region as the decision saw it, for a Forward. It
 	// counts as in flight there until End.
 	Peer *Peer
@@ -45,8 +45,9 @@ type Attempt struct {
 	// Number is 1 for a request's first attempt, n+1 for its n-th retry.
 	Number int
 
-	r        *Region
-	failedOn []*Replica    // the replicas that failed the request's earlier attempts
+	r        *pool
+	rp       *replica      // the replica named Replica
+	failedOn []*replica    // the replicas that failed the request's earlier attempts
 	sent     time.Time     // when the decision was delivered
 	timeout  time.Duration // FirstTokenTimeout's last answer
 	first    bool          // FirstToken was reported
@@ -71,7 +72,7 @@ const (
 	ReplicaFailed
 	// TimedOut: no first token came within the attempt's
 	// FirstTokenTimeout. It is evidence about the replica (see
-	// Region.timedOut): its wait is learned, its dispatch cap drops if it
+	// pool.timedOut): its wait is learned, its dispatch cap drops if it
 	// had others in flight, and it counts toward ejection only if the
 	// replica gave nobody a first token meanwhile. The request is routed
 	// again like ReplicaFailed, but never back to a replica it timed out
@@ -105,7 +106,7 @@ var (
 )
 
 // Dispatched reports whether the attempt runs on a local replica.
-func (a *Attempt) Dispatched() bool { return a.Err == nil && a.Replica != nil }
+func (a *Attempt) Dispatched() bool { return a.Err == nil && a.rp != nil }
 
 // Forwarded reports whether the attempt was forwarded to a peer region.
 func (a *Attempt) Forwarded() bool { return a.Err == nil && a.Peer != nil }
@@ -113,7 +114,7 @@ func (a *Attempt) Forwarded() bool { return a.Err == nil && a.Peer != nil }
 // FirstToken records that the attempt's first token reached the driver at
 // now (the proxy: the first body byte). For a dispatch, its prefill no
 // longer delays the replica's next requests and the time it took
-// calibrates admission (Region.ttftBias).
+// calibrates admission (pool.ttftBias).
 func (a *Attempt) FirstToken(now time.Time) {
 	if a.ended || a.first || a.Err != nil {
 		return
@@ -121,7 +122,7 @@ func (a *Attempt) FirstToken(now time.Time) {
 	a.first = true
 	a.r.at(now)
 	switch {
-	case a.Replica != nil:
+	case a.rp != nil:
 		a.r.firstToken(now, a.Request)
 	case a.Peer != nil:
 		decrement(a.r.awaiting, a.Peer.Region)
@@ -139,7 +140,7 @@ func (a *Attempt) FirstToken(now time.Time) {
 // forward, FirstTokenFactor × the decision's estimate. Never below
 // MinFirstTokenTimeout.
 func (a *Attempt) FirstTokenTimeout() time.Duration {
-	if b := a.r.bookings[a.Request]; a.Replica != nil && b != nil && b.rp == a.Replica {
+	if b := a.r.bookings[a.Request]; a.rp != nil && b != nil && b.rp == a.rp {
 		a.timeout = a.r.firstTokenTimeout(b)
 	} else if a.timeout == 0 {
 		a.timeout = min(max(MinFirstTokenTimeout, FirstTokenFactor*a.Decision.Estimate), MaxFirstTokenTimeout)
@@ -154,7 +155,7 @@ func (a *Attempt) FirstTokenTimeout() time.Duration {
 func (a *Attempt) CacheReported(cachedTokens int) {
 	switch {
 	case a.ended || a.Err != nil:
-	case a.Replica != nil:
+	case a.rp != nil:
 		a.r.cacheReported(a.Request, cachedTokens)
 	case a.Peer != nil:
 		a.r.told(a.Peer.Region, a.r.peerCacheReported(a, cachedTokens))
@@ -201,7 +202,7 @@ func (a *Attempt) finish(now time.Time, how Outcome) bool {
 	r := a.r
 	r.at(now)
 	switch {
-	case a.Replica != nil:
+	case a.rp != nil:
 		var service time.Duration
 		if !a.sent.IsZero() {
 			service = now.Sub(a.sent)
@@ -222,12 +223,12 @@ func (a *Attempt) finish(now time.Time, how Outcome) bool {
 // request whose forward failed is then served here. A request that timed
 // out at a replica is not sent back to it (that would only wait again):
 // without another healthy replica it ends with errTimedOut.
-func (r *Region) retry(now time.Time, a *Attempt, how Outcome) Next {
+func (r *pool) retry(now time.Time, a *Attempt, how Outcome) Next {
 	if a.Number > r.cfg.Retries {
 		e := errExhausted
 		return Next{Err: &e}
 	}
-	if how == TimedOut && a.Replica != nil && !r.healthyBesides(append(a.failedOn, a.Replica)) {
+	if how == TimedOut && a.rp != nil && !r.healthyBesides(append(a.failedOn, a.rp)) {
 		e := errTimedOut
 		return Next{Err: &e}
 	}
@@ -235,8 +236,8 @@ func (r *Region) retry(now time.Time, a *Attempt, how Outcome) Next {
 		a.Request.ServeHere = true
 	}
 	again := retried{attempts: a.Number, failedOn: a.failedOn}
-	if a.Replica != nil {
-		again.failedOn = append(again.failedOn, a.Replica)
+	if a.rp != nil {
+		again.failedOn = append(again.failedOn, a.rp)
 	}
 	r.retries[a.Request] = again
 	r.bal.Submit(now, a.Request, r)
@@ -244,7 +245,7 @@ func (r *Region) retry(now time.Time, a *Attempt, how Outcome) Next {
 }
 
 // healthyBesides reports whether a replica not in these is in service.
-func (r *Region) healthyBesides(these []*Replica) bool {
+func (r *pool) healthyBesides(these []*replica) bool {
 	for _, rp := range r.replicas {
 		if rp.healthy && !slices.Contains(these, rp) {
 			return true
@@ -257,7 +258,7 @@ func (r *Region) healthyBesides(these []*Replica) bool {
 // so far, and the replicas that failed it.
 type retried struct {
 	attempts int
-	failedOn []*Replica
+	failedOn []*replica
 }
 
 // avoid takes the replicas that failed a request out of its view (as not
@@ -265,7 +266,7 @@ type retried struct {
 // rather than back to the replica that just failed it, which prefix
 // affinity would choose again until the replica is ejected. With no other
 // healthy replica it may go back (the failure may have been transient).
-func avoid(view []policy.Replica, replicas []*Replica, failedOn []*Replica) {
+func avoid(view []policy.Replica, replicas []*replica, failedOn []*replica) {
 	failed := func(i int) bool { return slices.Contains(failedOn, replicas[i]) }
 	other := false
 	for i := range view {
@@ -285,7 +286,7 @@ func avoid(view []policy.Replica, replicas []*Replica, failedOn []*Replica) {
 // and teaches the prefix index (and so the next digest) that the replica
 // now holds the request's prefix; a forward counts as in flight at the
 // peer. Then the driver gets the attempt.
-func (r *Region) Deliver(o balancer.Outcome) {
+func (r *pool) Deliver(o balancer.Outcome) {
 	again := r.retries[o.Request]
 	a := &Attempt{Outcome: o, r: r, Number: again.attempts + 1, failedOn: again.failedOn}
 	delete(r.retries, o.Request)
@@ -295,9 +296,10 @@ func (r *Region) Deliver(o balancer.Outcome) {
 	if o.Err == nil {
 		switch o.Decision.Action {
 		case policy.Dispatch:
-			a.Replica = r.replicas[o.Decision.Replica]
+			a.rp = r.replicas[o.Decision.Replica]
+			a.Replica = a.rp.name
 			a.PrefixBlocks = r.view.Local.Replicas[o.Decision.Replica].PrefixBlocks
-			r.book(o, a.Replica, a.PrefixBlocks)
+			r.book(o, a.rp, a.PrefixBlocks)
 		case policy.Forward:
 			p := r.peers[o.Decision.Peer]
 			a.Peer = &p
@@ -309,4 +311,4 @@ func (r *Region) Deliver(o balancer.Outcome) {
 	r.deliver(a)
 }
 
-var _ balancer.Env = (*Region)(nil)
+var _ balancer.Env = (*pool)(nil)

@@ -151,13 +151,13 @@ func TestARetryAvoidsTheReplicaThatFailedIt(t *testing.T) {
 	r, got := newTestRegion(t, 2)
 	warm := req("warm", 1, 2, 3, 4)
 	r.Submit(t0, warm)
-	home := last(t, got).Replica
+	home := last(t, got).rp
 	last(t, got).End(t0.Add(time.Second), Served)
 
 	again := req("again", 1, 2, 3, 4)
 	r.Submit(t0.Add(2*time.Second), again)
-	if a := last(t, got); a.Replica != home {
-		t.Fatalf("the second request went to %s, want %s, which holds its prompt", a.Replica.Name(), home.Name())
+	if a := last(t, got); a.rp != home {
+		t.Fatalf("the second request went to %s, want %s, which holds its prompt", a.Replica, home.Name())
 	}
 	if next := last(t, got).End(t0.Add(3*time.Second), ReplicaFailed); !next.Retry {
 		t.Fatalf("the failure: %+v, want a retry", next)
@@ -165,8 +165,8 @@ func TestARetryAvoidsTheReplicaThatFailedIt(t *testing.T) {
 	if !home.Healthy() {
 		t.Fatal("one failure ejected the replica; the test needs it still in service")
 	}
-	if a := last(t, got); a.Number != 2 || a.Replica == home {
-		t.Fatalf("the retry (attempt %d) went to %s, the replica that just failed it", a.Number, a.Replica.Name())
+	if a := last(t, got); a.Number != 2 || a.rp == home {
+		t.Fatalf("the retry (attempt %d) went to %s, the replica that just failed it", a.Number, a.Replica)
 	}
 	// Alone, a replica gets the retry of what it failed.
 	solo, soloGot := newTestRegion(t, 1)

@@ -22,7 +22,7 @@ import (
 func BenchmarkRouteInAFleetOfFourModels(b *testing.B) {
 	models := []string{"llama-8b", "llama-70b", "qwen-32b", "mistral-7b"}
 	var last *Attempt
-	p := NewPools(func(string) Config {
+	p := NewNode(func(string) Config {
 		return Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 64,
 			Prefill: policy.PrefillProfile{Fixed: 20 * time.Millisecond, PerToken: 250 * time.Microsecond}}
 	}, func(string) (policy.Policy, error) { return policy.NewSkywalker(policy.DefaultSkywalkerConfig()), nil }, func(a *Attempt) { last = a })
@@ -74,7 +74,7 @@ func BenchmarkRouteInAFleetOfFourModels(b *testing.B) {
 // they and their prompt blocks leave the index). Reported: block events
 // (stores and removals) per second. Target: >= 200k/s on one core.
 func BenchmarkKVEventIngestion(b *testing.B) {
-	r, err := New(Config{Name: "us-east", Node: "us-1", MaxInFlight: 1 << 20}, policy.LocalLeastLoad{}, func(*Attempt) {})
+	r, err := newPool(Config{Name: "us-east", Node: "us-1", MaxInFlight: 1 << 20}, policy.LocalLeastLoad{}, func(*Attempt) {})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -3,7 +3,7 @@ package region
 import "skywalker/internal/digest"
 
 // digestPublisher keeps the Bloom digest of the blocks the region's prefix
-// indexes hold, for peers to match requests against: one Region's, or
+// indexes hold, for peers to match requests against: one pool's, or
 // every pool's of a Pools (their blocks are salted by model and adapter,
 // so one filter serves them all).
 //
@@ -16,7 +16,7 @@ import "skywalker/internal/digest"
 // cache size changed by more than half. It is sized at twice the replicas'
 // KV capacity, in blocks, so rebuilds are rare.
 type digestPublisher struct {
-	sources   []*Region
+	sources   []*pool
 	live      *digest.Digest
 	published *digest.Digest
 	capacity  uint // blocks the live filter is sized for
@@ -50,7 +50,7 @@ func (p *digestPublisher) wantCapacity() uint {
 // Digest returns the digest to publish: the same value while nothing
 // changed, else a snapshot with a higher Generation. A returned digest is
 // never modified afterwards, so it may be shared with other goroutines.
-func (r *Region) Digest() *digest.Digest { return r.digests.digest() }
+func (r *pool) Digest() *digest.Digest { return r.digests.digest() }
 
 func (p *digestPublisher) digest() *digest.Digest {
 	want := p.wantCapacity()

@@ -5,7 +5,15 @@
 // the decision core below it (policy, balancer, prefix, digest), so a
 // simulation measures the product.
 //
-// A Region owns:
+// Node (node.go) is the only door: one proxy's or one simulated router's
+// routing state for every model it serves, addressed by names — models,
+// replicas, peers — never by the core's own values. Drivers submit,
+// pump, expire, cancel and flush requests; set the replicas and the
+// peers; report scrapes, health checks, engines' KV events and what the
+// region's other nodes dispatched; read the load summary and digest they
+// publish; resolve a request's model; and read everything else through
+// one copied Snapshot. Inside, a Node holds a pool per base model; a pool
+// owns:
 //   - the replica table: health (the passive eject / re-admit rule),
 //     requests in flight, the engines' scraped metrics, dispatch caps;
 //   - the prefix index over its replicas and the digest it publishes;

@@ -107,13 +107,10 @@ type chain struct {
 	id   uint64
 }
 
-// CacheSource is what rp's prefix index rests on.
-func (r *Region) CacheSource(rp *Replica) CacheSource { return rp.engine.source }
-
 // cacheSent records a prompt dispatched to rp at sent by node from (""
 // this one) as its dispatch id, awaiting its stores; nil while rp's cache
 // rests on belief. Pending prompts are kept in the order they were sent.
-func (r *Region) cacheSent(rp *Replica, blocks []uint64, blockTokens, cached int, sent time.Time, from string, id uint64) *chain {
+func (r *pool) cacheSent(rp *replica, blocks []uint64, blockTokens, cached int, sent time.Time, from string, id uint64) *chain {
 	ec := &rp.engine
 	if ec.source == CacheBelief || len(blocks) == 0 {
 		return nil
@@ -132,7 +129,7 @@ func (r *Region) cacheSent(rp *Replica, blocks []uint64, blockTokens, cached int
 
 // sentAfter reports whether a was sent after b (by time, then node name,
 // then number: the same order on every node).
-func (r *Region) sentAfter(a, b *chain) bool {
+func (r *pool) sentAfter(a, b *chain) bool {
 	if !a.sent.Equal(b.sent) {
 		return a.sent.After(b.sent)
 	}
@@ -147,7 +144,7 @@ func (r *Region) sentAfter(a, b *chain) bool {
 // prefill is long over, so whatever it stored has been published (a
 // prompt wholly cached stores nothing, and must not take a later prompt's
 // stores).
-func (r *Region) cacheDone(rp *Replica, ch *chain) {
+func (r *pool) cacheDone(rp *replica, ch *chain) {
 	if ch == nil {
 		return
 	}
@@ -164,7 +161,7 @@ func (r *Region) cacheDone(rp *Replica, ch *chain) {
 // (learn.go), or, while its evictions come from its engine, twice its
 // cache, so that a prompt sent but never stored (a request that failed)
 // still ages out.
-func (r *Region) sizeIndex(rp *Replica) {
+func (r *pool) sizeIndex(rp *replica) {
 	if rp.engine.source == CacheEvents {
 		r.index.SetCapacity(rp.target, 2*r.capacityTokens(rp))
 		return
@@ -179,7 +176,7 @@ func (r *Region) sizeIndex(rp *Replica) {
 // EventSettle after they were heard, in order (Pump applies them): by
 // then every node has been told every prompt the batch may store, so all
 // attribute it alike.
-func (r *Region) EngineEvents(now time.Time, rp *Replica, rank int, events []kvevents.Event) {
+func (r *pool) EngineEvents(now time.Time, rp *replica, rank int, events []kvevents.Event) {
 	r.at(now)
 	ec := &rp.engine
 	if r.siblings.on {
@@ -207,7 +204,7 @@ const maxHeldBatches = 4096
 
 // settleEvents applies every replica's batches heard EventSettle before
 // now.
-func (r *Region) settleEvents(now time.Time) {
+func (r *pool) settleEvents(now time.Time) {
 	for _, rp := range r.replicas {
 		if len(rp.engine.heard) > 0 {
 			r.settle(rp, now)
@@ -215,7 +212,7 @@ func (r *Region) settleEvents(now time.Time) {
 	}
 }
 
-func (r *Region) settle(rp *Replica, now time.Time) {
+func (r *pool) settle(rp *replica, now time.Time) {
 	ec := &rp.engine
 	n := 0
 	for n < len(ec.heard) && !ec.heard[n].at.Add(r.cfg.EventSettle).After(now) {
@@ -227,7 +224,7 @@ func (r *Region) settle(rp *Replica, now time.Time) {
 
 // flushHeard applies every batch rp's engine published before a restart
 // or a loss, settled or not.
-func (r *Region) flushHeard(rp *Replica) {
+func (r *pool) flushHeard(rp *replica) {
 	ec := &rp.engine
 	for _, b := range ec.heard {
 		r.applyEngineEvents(rp, b.rank, b.events)
@@ -235,7 +232,7 @@ func (r *Region) flushHeard(rp *Replica) {
 	ec.heard = nil
 }
 
-func (r *Region) applyEngineEvents(rp *Replica, rank int, events []kvevents.Event) {
+func (r *pool) applyEngineEvents(rp *replica, rank int, events []kvevents.Event) {
 	ec := &rp.engine
 	if ec.source == CacheBelief {
 		ec.source = CacheEvents
@@ -264,7 +261,7 @@ func (r *Region) applyEngineEvents(rp *Replica, rank int, events []kvevents.Even
 // worth of stores.
 const engineBlocksPerPromptBlock = 8
 
-func (r *Region) engineStored(rp *Replica, rank int, e *kvevents.Event) {
+func (r *pool) engineStored(rp *replica, rank int, e *kvevents.Event) {
 	ec := &rp.engine
 	if ec.source == CacheLost {
 		ec.storedSinceLoss += len(e.Hashes)
@@ -315,7 +312,7 @@ func assign(ec *engineCache, ch *chain, e *kvevents.Event) {
 
 // adoptOrphans attributes the runs no prompt was found for, in the order
 // they were stored, now that another node's prompt may explain them.
-func (r *Region) adoptOrphans(rp *Replica) {
+func (r *pool) adoptOrphans(rp *replica) {
 	ec := &rp.engine
 	kept := ec.orphans[:0]
 	for i := range ec.orphans {
@@ -332,7 +329,7 @@ func (r *Region) adoptOrphans(rp *Replica) {
 
 // attribute finds the prompt a stored run belongs to: the run it
 // continues, or the oldest pending prompt consistent with its parent.
-func (r *Region) attribute(ec *engineCache, e *kvevents.Event) *chain {
+func (r *pool) attribute(ec *engineCache, e *kvevents.Event) *chain {
 	var cont *chain // the run this one may continue
 	if e.HasParent {
 		if cont = ec.open[e.Parent]; cont != nil && cont.tokenPos < len(cont.blocks)*cont.blockTokens {
@@ -408,7 +405,7 @@ func (r *Region) attribute(ec *engineCache, e *kvevents.Event) *chain {
 	return nil
 }
 
-func (r *Region) engineRemoved(rp *Replica, rank int, e *kvevents.Event) {
+func (r *pool) engineRemoved(rp *replica, rank int, e *kvevents.Event) {
 	ec := &rp.engine
 	for _, h := range e.Hashes {
 		k := heldKey{rank, h, e.Medium}
@@ -442,7 +439,7 @@ func (r *Region) engineRemoved(rp *Replica, rank int, e *kvevents.Event) {
 
 // engineCleared is AllBlocksCleared (or an engine that restarted): its
 // cache is empty, and known to be.
-func (r *Region) engineCleared(rp *Replica) {
+func (r *pool) engineCleared(rp *replica) {
 	ec := &rp.engine
 	r.index.Forget(rp.target)
 	r.digests.stale = true
@@ -462,7 +459,7 @@ func (r *Region) engineCleared(rp *Replica) {
 // gap no replay filled, a batch that could not be read): its index falls
 // back to belief, bounded by its cache again, until rebuilt (see the
 // package comment). why is for the caller's log.
-func (r *Region) EngineEventsLost(rp *Replica) {
+func (r *pool) EngineEventsLost(rp *replica) {
 	ec := &rp.engine
 	if ec.source == CacheBelief {
 		return
@@ -477,7 +474,7 @@ func (r *Region) EngineEventsLost(rp *Replica) {
 
 // EngineRestarted records that rp's engine restarted (its events' sequence
 // began again): its cache is empty.
-func (r *Region) EngineRestarted(rp *Replica) {
+func (r *pool) EngineRestarted(rp *replica) {
 	r.flushHeard(rp)
 	r.engineCleared(rp)
 }

@@ -25,7 +25,7 @@ func removed(hashes ...uint64) kvevents.Event {
 
 // send dispatches a prompt of blocks to replica i of r and returns its
 // request.
-func send(r *Region, id string, i int, blocks ...uint64) *request.Request {
+func send(r *pool, id string, i int, blocks ...uint64) *request.Request {
 	o := deliveryFor(r, id, i, blocks...)
 	r.Deliver(o)
 	return o.Request
@@ -33,7 +33,7 @@ func send(r *Region, id string, i int, blocks ...uint64) *request.Request {
 
 // holds is how many leading blocks of prompt r's index believes replica
 // rp holds.
-func holds(r *Region, rp *Replica, prompt ...uint64) int {
+func holds(r *pool, rp *replica, prompt ...uint64) int {
 	r.index.Match(prompt, r.matched)
 	return r.matched[rp.target]
 }
@@ -138,9 +138,9 @@ func TestALostStreamFallsBackToBeliefUntilRebuilt(t *testing.T) {
 }
 
 // newNode is a one-region node named node with n replicas.
-func newNode(t *testing.T, node string, n int) *Region {
+func newNode(t *testing.T, node string, n int) *pool {
 	t.Helper()
-	r, err := New(Config{Name: "us-east", Node: node, MaxInFlight: 4, Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}},
+	r, err := newPool(Config{Name: "us-east", Node: node, MaxInFlight: 4, Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}},
 		policy.NewSkywalker(policy.DefaultSkywalkerConfig()), func(*Attempt) {})
 	if err != nil {
 		t.Fatal(err)
@@ -152,7 +152,7 @@ func newNode(t *testing.T, node string, n int) *Region {
 }
 
 // tell hands what from dispatched to to, as the mesh does.
-func tell(from, to *Region) {
+func tell(from, to *pool) {
 	for _, d := range from.TakeDispatches() {
 		to.SiblingDispatched(from.cfg.Node, d)
 	}
@@ -166,7 +166,7 @@ func tell(from, to *Region) {
 func TestTwoNodesOfARegionHoldTheSameIndex(t *testing.T) {
 	for _, late := range []bool{false, true} {
 		a, b := newNode(t, "a", 1), newNode(t, "b", 1)
-		nodes := []*Region{a, b}
+		nodes := []*pool{a, b}
 		hear := func(at time.Time, events ...kvevents.Event) {
 			for _, n := range nodes {
 				n.EngineEvents(at, n.Replicas()[0], 0, events)

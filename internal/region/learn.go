@@ -49,12 +49,12 @@ func (l *capLearner) saturated(inflight int) {
 
 // learnsCap reports whether rp's dispatch cap is learned: its engine
 // exposes no queue metrics.
-func (r *Region) learnsCap(rp *Replica) bool { return !rp.metrics.Known }
+func (r *pool) learnsCap(rp *replica) bool { return !rp.metrics.Known }
 
 // dispatchCap is how many requests the balancer may have in flight at rp:
 // the configured MaxInFlight, or for an engine without metrics the
 // learned cap, never above MaxInFlight.
-func (r *Region) dispatchCap(rp *Replica) int {
+func (r *pool) dispatchCap(rp *replica) int {
 	if rp.probation {
 		return 1 // re-admitted, not yet proven: one request at a time (see HealthChecked)
 	}
@@ -67,14 +67,10 @@ func (r *Region) dispatchCap(rp *Replica) int {
 	return min(r.cfg.MaxInFlight, max(1, int(rp.learned.limit)))
 }
 
-// DispatchCap is how many requests the balancer may have in flight at rp
-// (see dispatchCap).
-func (r *Region) DispatchCap(rp *Replica) int { return r.dispatchCap(rp) }
-
 // observeFirstToken adapts rp's learned cap from one request: sent with
 // inflight requests on the replica (itself included), its first token
 // came ttft after it was sent, for a prefill estimated at prefill.
-func (r *Region) observeFirstToken(rp *Replica, inflight int, ttft, prefill time.Duration) {
+func (r *pool) observeFirstToken(rp *replica, inflight int, ttft, prefill time.Duration) {
 	if !r.learnsCap(rp) {
 		return
 	}
@@ -132,7 +128,7 @@ type CacheTruth struct {
 
 // cacheReported records what the engine reported cached for a dispatched
 // request (before its end). It adapts the replica's believed cache size.
-func (r *Region) cacheReported(req *request.Request, cachedTokens int) {
+func (r *pool) cacheReported(req *request.Request, cachedTokens int) {
 	b := r.bookings[req]
 	if b == nil || cachedTokens < 0 {
 		return
@@ -173,16 +169,10 @@ func (r *Region) cacheReported(req *request.Request, cachedTokens int) {
 
 // believedTokens is the cache the index sizes rp by: what its engine
 // reports (or the configured default), times what cache truth taught.
-func (r *Region) believedTokens(rp *Replica) int {
+func (r *pool) believedTokens(rp *replica) int {
 	f := rp.cacheFactor
 	if f == 0 {
 		f = 1
 	}
 	return max(int(f*float64(r.capacityTokens(rp))), 1)
 }
-
-// Truth returns rp's cache-truth counts.
-func (r *Region) Truth(rp *Replica) CacheTruth { return rp.truth }
-
-// BelievedCacheTokens is the KV cache, in tokens, the index sizes rp by.
-func (r *Region) BelievedCacheTokens(rp *Replica) int { return r.believedTokens(rp) }

@@ -11,7 +11,7 @@ import (
 
 // dispatchAt books req on replica 0 as sent at, with inflight requests
 // on it.
-func dispatchAt(r *Region, req *request.Request, at time.Time) {
+func dispatchAt(r *pool, req *request.Request, at time.Time) {
 	r.View(req)
 	r.Deliver(balancer.Outcome{Request: req, Decision: policy.Decision{Action: policy.Dispatch, Replica: 0}, Submitted: at})
 }

@@ -26,7 +26,7 @@ type Load struct {
 	// FreeCacheTokens is the most KV cache, in tokens, any healthy
 	// replica is believed to have free (a prompt cached there evicts
 	// nothing), and HitShare the region's share of prompt tokens served
-	// from cache (Region.hitShare): with them a peer prices what a forward
+	// from cache (pool.hitShare): with them a peer prices what a forward
 	// would evict.
 	FreeCacheTokens int
 	HitShare        float64
@@ -43,11 +43,11 @@ type Load struct {
 	Model string
 }
 
-// ForModel is the load for model: its entry in Models; the aggregate when
+// forModel is the load for model: its entry in Models; the aggregate when
 // the summary has no Models (a node of an earlier release serves one
 // model, whichever it is asked for). ok is false when the node does not
 // serve model.
-func (l *Load) ForModel(model string) (Load, bool) {
+func (l *Load) forModel(model string) (Load, bool) {
 	if len(l.Models) == 0 {
 		return *l, true
 	}
@@ -61,7 +61,7 @@ func (l *Load) ForModel(model string) (Load, bool) {
 }
 
 // Load is the region's summary as of now, as this node publishes it.
-func (r *Region) Load() Load {
+func (r *pool) Load() Load {
 	queued := r.bal.Len()
 	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.prefill(), HitShare: r.hitShare()}
 	for _, n := range r.forwarding {
@@ -154,11 +154,11 @@ type Peer struct {
 	ClockOffset time.Duration
 }
 
-// Serves reports whether the peer region is live and its summaries list
+// serves reports whether the peer region is live and its summaries list
 // model among those it serves (one of an earlier release lists none: it
 // may be forwarded a model this region serves, never one it does not
 // know of).
-func (p *Peer) Serves(model string) bool {
+func (p *Peer) serves(model string) bool {
 	if !p.Healthy {
 		return false
 	}
@@ -170,10 +170,10 @@ func (p *Peer) Serves(model string) bool {
 	return false
 }
 
-// ForModel is the peer as a pool of model sees it: its load for that
+// forModel is the peer as a pool of model sees it: its load for that
 // model; ok is false when it does not serve model.
-func (p *Peer) ForModel(model string) (Peer, bool) {
-	l, ok := p.Load.ForModel(model)
+func (p *Peer) forModel(model string) (Peer, bool) {
+	l, ok := p.Load.forModel(model)
 	if !ok {
 		return Peer{}, false
 	}
@@ -183,9 +183,9 @@ func (p *Peer) ForModel(model string) (Peer, bool) {
 	return q, true
 }
 
-// Policy converts the peer to the routing view's form (the prefix match is
+// view converts the peer to the routing view's form (the prefix match is
 // left to the caller, which knows the request).
-func (p *Peer) Policy() policy.PeerRegion {
+func (p *Peer) view() policy.PeerRegion {
 	return policy.PeerRegion{Name: p.Region, Jurisdiction: p.Jurisdiction, Healthy: p.Healthy, DataAge: p.DataAge,
 		RTT: p.RTT, GateOpen: p.GateOpen, GateReason: p.Gate, QueueWait: p.Load.QueueWait, Queued: p.Load.Queued,
 		Replicas: p.Load.Replicas, Slots: p.Load.Slots, Outstanding: p.Load.Outstanding, QueuedTokens: p.Load.QueuedTokens,

@@ -59,7 +59,7 @@ type peerTrust struct {
 	estimate policy.EstimateError
 }
 
-func (r *Region) trustOf(peer string) *peerTrust {
+func (r *pool) trustOf(peer string) *peerTrust {
 	t := r.trust[peer]
 	if t == nil {
 		t = &peerTrust{}
@@ -70,7 +70,7 @@ func (r *Region) trustOf(peer string) *peerTrust {
 
 // peerFirstToken judges a forward's first token against the estimate it
 // was chosen on; it returns the reason if the peer is now distrusted.
-func (r *Region) peerFirstToken(now time.Time, a *Attempt) string {
+func (r *pool) peerFirstToken(now time.Time, a *Attempt) string {
 	t := r.trustOf(a.Peer.Region)
 	t.proven = true
 	ttft := now.Sub(a.sent)
@@ -91,7 +91,7 @@ func (r *Region) peerFirstToken(now time.Time, a *Attempt) string {
 // peerCacheReported judges the cached tokens a forward's engine reported
 // against what the peer's digest claimed when the forward was chosen; it
 // returns the reason if the peer is now distrusted.
-func (r *Region) peerCacheReported(a *Attempt, cachedTokens int) string {
+func (r *pool) peerCacheReported(a *Attempt, cachedTokens int) string {
 	if a.PrefixBlocks < MinClaimedBlocks {
 		return ""
 	}
@@ -110,7 +110,7 @@ func (r *Region) peerCacheReported(a *Attempt, cachedTokens int) string {
 
 // peerEnded books how a forward ended; it returns the reason if the peer
 // is now distrusted.
-func (r *Region) peerEnded(now time.Time, peer string, how Outcome) string {
+func (r *pool) peerEnded(now time.Time, peer string, how Outcome) string {
 	t := r.trustOf(peer)
 	switch how {
 	case Served:
@@ -124,7 +124,7 @@ func (r *Region) peerEnded(now time.Time, peer string, how Outcome) string {
 	return ""
 }
 
-func (r *Region) distrust(now time.Time, t *peerTrust, reason string) string {
+func (r *pool) distrust(now time.Time, t *peerTrust, reason string) string {
 	t.until = now.Add(PeerProbation << min(t.ejections, 5))
 	t.ejections++
 	t.failures, t.misses, t.cacheLies, t.proven, t.reason = 0, 0, 0, false, reason
@@ -132,14 +132,14 @@ func (r *Region) distrust(now time.Time, t *peerTrust, reason string) string {
 }
 
 // told passes a new distrust to the driver's OnDistrust.
-func (r *Region) told(peer, reason string) {
+func (r *pool) told(peer, reason string) {
 	if reason != "" && r.cfg.OnDistrust != nil {
 		r.cfg.OnDistrust(peer, reason)
 	}
 }
 
 // peerGate is why the policy may not forward to peer now ("" if it may).
-func (r *Region) peerGate(peer string) string {
+func (r *pool) peerGate(peer string) string {
 	t := r.trust[peer]
 	switch {
 	case t == nil:
@@ -156,7 +156,7 @@ func (r *Region) peerGate(peer string) string {
 
 // PeerTrust is why each distrusted or unproven peer is closed to
 // forwarding now, for debugging endpoints.
-func (r *Region) PeerTrust() map[string]string {
+func (r *pool) PeerTrust() map[string]string {
 	out := map[string]string{}
 	for _, p := range r.peers {
 		if why := r.peerGate(p.Region); why != "" {

@@ -12,7 +12,7 @@ import (
 // trustRegion is a region whose one replica is busy and whose peer
 // eu-west looks idle, so every request is forwarded while the peer's gate
 // is open; what OnDistrust is told is collected.
-func trustRegion(t *testing.T) (*Region, *[]*Attempt, *[]string) {
+func trustRegion(t *testing.T) (*pool, *[]*Attempt, *[]string) {
 	r, got := newTestRegion(t, 1)
 	r.Scraped(r.Replicas()[0], Metrics{Known: true, Waiting: 5, Running: 4})
 	var told []string
@@ -25,7 +25,7 @@ func trustRegion(t *testing.T) (*Region, *[]*Attempt, *[]string) {
 // offer submits a request at now and returns its attempt if it was
 // forwarded; one kept here is withdrawn, so that it cannot be forwarded
 // later by a pump.
-func offer(t *testing.T, r *Region, got *[]*Attempt, id string, now time.Time) *Attempt {
+func offer(t *testing.T, r *pool, got *[]*Attempt, id string, now time.Time) *Attempt {
 	t.Helper()
 	rq := req(id, 1)
 	n := len(*got)
@@ -37,7 +37,7 @@ func offer(t *testing.T, r *Region, got *[]*Attempt, id string, now time.Time) *
 	return nil
 }
 
-func gateOf(r *Region) (bool, string) {
+func gateOf(r *pool) (bool, string) {
 	p := r.View(req("probe", 1)).Peers[0]
 	return p.GateOpen, p.GateReason
 }

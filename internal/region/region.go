@@ -93,13 +93,15 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Region is one region's routing state. It is the balancer's Env. Not safe
-// for concurrent use.
-type Region struct {
+// pool is one model's routing state in a Node: its balancer (for which it
+// is the Env), replicas, prefix index and estimators. Its exported
+// methods are the Node's and the balancer's to call. Not safe for
+// concurrent use.
+type pool struct {
 	cfg      Config
 	bal      *balancer.Balancer
 	index    *prefix.Index
-	replicas []*Replica
+	replicas []*replica
 	service  *policy.EWMA
 	// expectedSum and expectedCount total the expected service of the
 	// requests in flight (see perRequestWait).
@@ -142,10 +144,10 @@ type Region struct {
 	sessions     sessions  // each session's last replica (sessions.go)
 }
 
-// New returns a region with no replicas that routes by pol and hands every
+// newPool returns a region with no replicas that routes by pol and hands every
 // attempt it delivers to deliver (called synchronously from Submit, Pump,
 // Expire, Flush and an Attempt's End, after the bookkeeping).
-func New(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*Region, error) {
+func newPool(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*pool, error) {
 	if cfg.Name == "" {
 		return nil, errors.New("region: a name is required")
 	}
@@ -153,38 +155,35 @@ func New(cfg Config, pol policy.Policy, deliver func(*Attempt)) (*Region, error)
 		return nil, errors.New("region: a policy and a delivery function are required")
 	}
 	cfg = cfg.withDefaults()
-	r := &Region{cfg: cfg, bal: balancer.New(policy.Homing{Policy: pol}, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
+	r := &pool{cfg: cfg, bal: balancer.New(policy.Homing{Policy: pol}, cfg.Balancer), index: prefix.New(cfg.BlockTokens),
 		service: policy.NewEWMA(cfg.ServiceAlpha), forwarding: map[string]int{}, awaiting: map[string]int{}, matched: make([]int, prefix.MaxTargets), deliver: deliver,
 		bookings: map[*request.Request]*booking{}, retries: map[*request.Request]retried{}, tenantBias: map[flow]*ratioEWMA{},
 		trust: map[string]*peerTrust{}}
-	r.digests = &digestPublisher{sources: []*Region{r}}
+	r.digests = &digestPublisher{sources: []*pool{r}}
 	return r, nil
 }
 
-// Config returns the region's configuration with defaults applied.
-func (r *Region) Config() Config { return r.cfg }
-
 // Policy is the policy the region routes by.
-func (r *Region) Policy() policy.Policy { return r.bal.Policy() }
+func (r *pool) Policy() policy.Policy { return r.bal.Policy() }
 
 // Submit routes a new request (see balancer.Balancer.Submit).
-func (r *Region) Submit(now time.Time, req *request.Request) { r.at(now); r.bal.Submit(now, req, r) }
+func (r *pool) Submit(now time.Time, req *request.Request) { r.at(now); r.bal.Submit(now, req, r) }
 
 // Pump re-routes held requests after a state change.
-func (r *Region) Pump(now time.Time) int {
+func (r *pool) Pump(now time.Time) int {
 	r.at(now)
 	r.settleEvents(now)
 	return r.bal.Pump(now, r)
 }
 
 // Expire rejects held requests past their deadline.
-func (r *Region) Expire(now time.Time) int { r.at(now); return r.bal.Expire(now, r) }
+func (r *pool) Expire(now time.Time) int { r.at(now); return r.bal.Expire(now, r) }
 
 // Flush answers every held request with e (see balancer.Balancer.Flush).
-func (r *Region) Flush(now time.Time, e *apierr.Error) int { r.at(now); return r.bal.Flush(now, r, e) }
+func (r *pool) Flush(now time.Time, e *apierr.Error) int { r.at(now); return r.bal.Flush(now, r, e) }
 
 // at moves the region's clock to now (never back).
-func (r *Region) at(now time.Time) {
+func (r *pool) at(now time.Time) {
 	if now.After(r.now) {
 		r.now = now
 	}
@@ -192,7 +191,7 @@ func (r *Region) at(now time.Time) {
 
 // Cancel withdraws a held request whose client left; it reports whether
 // the request was still held (else it was already delivered).
-func (r *Region) Cancel(req *request.Request) bool {
+func (r *pool) Cancel(req *request.Request) bool {
 	if !r.bal.Cancel(req) {
 		return false
 	}
@@ -201,38 +200,27 @@ func (r *Region) Cancel(req *request.Request) bool {
 }
 
 // Queued is the number of held requests.
-func (r *Region) Queued() int { return r.bal.Len() }
+func (r *pool) Queued() int { return r.bal.Len() }
 
 // NextDeadline is the earliest deadline of a held request.
-func (r *Region) NextDeadline() (time.Time, bool) { return r.bal.NextDeadline() }
+func (r *pool) NextDeadline() (time.Time, bool) { return r.bal.NextDeadline() }
 
 // HeldBy calls fn for every (class, tenant) with requests held, with
 // their count, for metrics.
-func (r *Region) HeldBy(fn func(class request.Class, tenant string, n int)) { r.bal.HeldBy(fn) }
+func (r *pool) HeldBy(fn func(class request.Class, tenant string, n int)) { r.bal.HeldBy(fn) }
 
 // Held lists the held requests, for debugging endpoints.
-func (r *Region) Held(now time.Time) []balancer.HeldRequest { return r.bal.Held(now) }
-
-// Decide returns the decision the policy would make for req now, without
-// delivering it: for explanations and the drivers' parity test.
-func (r *Region) Decide(req *request.Request) policy.Decision {
-	v := r.View(req)
-	v.Local.Queued, v.Local.Held = r.bal.Len(), r.bal.Len()
-	return r.bal.Policy().Route(req, v)
-}
+func (r *pool) Held(now time.Time) []balancer.HeldRequest { return r.bal.Held(now) }
 
 // SetPeers replaces what the region knows of its peers (the mesh's
 // snapshot, or the simulator's). Peers are in the order policies see them.
-func (r *Region) SetPeers(peers []Peer) { r.peers = peers }
-
-// Peers returns the last peers' snapshot. It must not be modified.
-func (r *Region) Peers() []Peer { return r.peers }
+func (r *pool) SetPeers(peers []Peer) { r.peers = peers }
 
 // forwardingTo is how many of this node's requests are in flight at peer.
-func (r *Region) forwardingTo(peer string) int { return r.forwarding[peer] }
+func (r *pool) forwardingTo(peer string) int { return r.forwarding[peer] }
 
 // forwardDone records the end of a request forwarded to peer.
-func (r *Region) forwardDone(peer string) { decrement(r.forwarding, peer) }
+func (r *pool) forwardDone(peer string) { decrement(r.forwarding, peer) }
 
 // decrement takes one off m[key], never below zero, forgetting the key at
 // zero.
@@ -247,7 +235,7 @@ func decrement(m map[string]int, key string) {
 // concurrency is how many requests the healthy replicas serve at once: per
 // replica the larger of what its engine last reported running and what
 // this node has in flight there (fresher than any scrape), at least one.
-func (r *Region) concurrency() int {
+func (r *pool) concurrency() int {
 	n := 0
 	for _, rp := range r.replicas {
 		if rp.healthy {
@@ -260,7 +248,7 @@ func (r *Region) concurrency() int {
 // perRequestWait is the queue-wait step Q grows by per request ahead:
 // from the service times learned, or, before any request has ended, from
 // the mean expected service of the requests in flight that set max_tokens.
-func (r *Region) perRequestWait() time.Duration {
+func (r *pool) perRequestWait() time.Duration {
 	service := r.service.Value()
 	if !r.service.Seen() && r.expectedCount > 0 {
 		service = r.expectedSum / time.Duration(r.expectedCount)
@@ -273,7 +261,7 @@ func (r *Region) perRequestWait() time.Duration {
 // profile's decode step, its max_tokens. Zero for a request that sets no
 // max_tokens (its length is unknown: it adds nothing to the prior) or
 // without a decode step.
-func (r *Region) expectedService(req *request.Request, uncached int) time.Duration {
+func (r *pool) expectedService(req *request.Request, uncached int) time.Duration {
 	if req.MaxTokens <= 0 || r.cfg.DecodeStep <= 0 {
 		return 0
 	}
@@ -284,7 +272,7 @@ func (r *Region) expectedService(req *request.Request, uncached int) time.Durati
 // node's exact in-flight counts and the request's prefix match from the
 // index; the peers as last heard, with this node's forwards in flight added
 // to their load and the request's prefix match from their digests.
-func (r *Region) View(req *request.Request) *policy.View {
+func (r *pool) View(req *request.Request) *policy.View {
 	v := &r.view
 	v.Local.Name, v.Local.Jurisdiction, v.Local.Prefill = r.cfg.Name, r.cfg.Jurisdiction, r.prefill()
 	v.Local.Queued, v.Local.Held = 0, 0
@@ -315,7 +303,7 @@ func (r *Region) View(req *request.Request) *policy.View {
 	v.Peers = v.Peers[:0]
 	for i := range r.peers {
 		p := &r.peers[i]
-		pr := p.Policy()
+		pr := p.view()
 		pr.InFlightFromUs, pr.AwaitingFromUs = r.forwarding[p.Region], r.awaiting[p.Region]
 		pr.Outstanding += pr.InFlightFromUs
 		if t := r.trust[p.Region]; t != nil {
@@ -336,14 +324,14 @@ func (r *Region) View(req *request.Request) *policy.View {
 // region that its replicas were believed to hold cached (the prefix index,
 // corrected by cache truth), 0 before any dispatch: how likely a cached
 // token is to be asked for again, which prices what a cold prompt evicts.
-func (r *Region) hitShare() float64 {
+func (r *pool) hitShare() float64 {
 	if r.hitPrompt <= 0 {
 		return 0
 	}
 	return r.hitCached / r.hitPrompt
 }
 
-func (r *Region) policyReplica(rp *Replica, prefixBlocks int) policy.Replica {
+func (r *pool) policyReplica(rp *replica, prefixBlocks int) policy.Replica {
 	m := rp.metrics
 	// The engine's running count as last scraped, less what this node has
 	// seen end since: a scrape a few milliseconds old still counts a
@@ -357,7 +345,7 @@ func (r *Region) policyReplica(rp *Replica, prefixBlocks int) policy.Replica {
 // projectedKVUsage is the replica's KV-cache usage as last scraped plus
 // what the requests dispatched since will take: between two scrapes a
 // burst must not pile into a cache that only looked free.
-func (r *Region) projectedKVUsage(rp *Replica) float64 {
+func (r *pool) projectedKVUsage(rp *replica) float64 {
 	m := rp.metrics
 	if m.KVBlocks <= 0 || m.BlockSize <= 0 {
 		return m.KVUsage
@@ -373,7 +361,7 @@ const OutputReserve = 256
 // prefill queued there, the KV cache it will take, what it is expected to
 // occupy (the prior of perRequestWait), the hit share, and the prefix
 // index (and so the next digest) taught that rp now holds the prompt.
-func (r *Region) book(o balancer.Outcome, rp *Replica, prefixBlocks int) {
+func (r *pool) book(o balancer.Outcome, rp *replica, prefixBlocks int) {
 	req := o.Request
 	uncached := req.PromptTokens - req.CachedTokens(prefixBlocks)
 	out := OutputReserve

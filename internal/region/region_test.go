@@ -15,10 +15,10 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // newTestRegion returns a region of n replicas routing by skywalker whose
 // deliveries are collected.
-func newTestRegion(t *testing.T, n int) (*Region, *[]*Attempt) {
+func newTestRegion(t *testing.T, n int) (*pool, *[]*Attempt) {
 	t.Helper()
 	var got []*Attempt
-	r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4, Retries: 2,
+	r, err := newPool(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4, Retries: 2,
 		Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}}, policy.NewSkywalker(policy.DefaultSkywalkerConfig()),
 		func(d *Attempt) { got = append(got, d) })
 	if err != nil {
@@ -51,7 +51,7 @@ func TestNewRefusesWhatItCannotRun(t *testing.T) {
 		{"no policy", Config{Name: "x"}, nil, deliver},
 		{"no delivery", Config{Name: "x"}, pol, nil},
 	} {
-		if _, err := New(tc.cfg, tc.pol, tc.deliver); err == nil {
+		if _, err := newPool(tc.cfg, tc.pol, tc.deliver); err == nil {
 			t.Errorf("%s: New accepted it", tc.name)
 		}
 	}
@@ -60,55 +60,55 @@ func TestNewRefusesWhatItCannotRun(t *testing.T) {
 func TestDispatchTakesASlotAndTeachesTheIndex(t *testing.T) {
 	r, got := newTestRegion(t, 2)
 	r.Submit(t0, req("a", 1, 2, 3))
-	if len(*got) != 1 || (*got)[0].Replica == nil || (*got)[0].Decision.Action != policy.Dispatch {
+	if len(*got) != 1 || (*got)[0].rp == nil || (*got)[0].Decision.Action != policy.Dispatch {
 		t.Fatalf("deliveries %+v: want one dispatch", *got)
 	}
 	d := (*got)[0]
-	if d.Replica.InFlight() != 1 || d.PrefixBlocks != 0 {
-		t.Errorf("in flight %d, prefix %d: want 1 and 0 (nothing was cached yet)", d.Replica.InFlight(), d.PrefixBlocks)
+	if d.rp.InFlight() != 1 || d.PrefixBlocks != 0 {
+		t.Errorf("in flight %d, prefix %d: want 1 and 0 (nothing was cached yet)", d.rp.InFlight(), d.PrefixBlocks)
 	}
 	// The same prefix again: the index now says that replica holds it.
 	r.end(d.Request, Served, 100*time.Millisecond)
 	r.Submit(t0, req("b", 1, 2, 3, 4))
 	d2 := (*got)[1]
 	if d2.Replica != d.Replica || d2.PrefixBlocks != 3 {
-		t.Errorf("second request on %s with %d cached blocks, want %s with 3", d2.Replica.Name(), d2.PrefixBlocks, d.Replica.Name())
+		t.Errorf("second request on %s with %d cached blocks, want %s with 3", d2.Replica, d2.PrefixBlocks, d.Replica)
 	}
-	if r.IndexedBlocks(d.Replica) != 4 {
-		t.Errorf("indexed blocks %d, want 4", r.IndexedBlocks(d.Replica))
+	if r.IndexedBlocks(d.rp) != 4 {
+		t.Errorf("indexed blocks %d, want 4", r.IndexedBlocks(d.rp))
 	}
 }
 
 func TestEjectAndReadmitRule(t *testing.T) {
 	steps := []struct {
 		name        string
-		do          func(r *Region, rp *Replica)
+		do          func(r *pool, rp *replica)
 		wantHealthy bool
 	}{
-		{"two failures keep it", func(r *Region, rp *Replica) {
+		{"two failures keep it", func(r *pool, rp *replica) {
 			r.end(dispatched(r, rp), ReplicaFailed, 0)
 			r.end(dispatched(r, rp), ReplicaFailed, 0)
 		}, true},
-		{"a success resets the streak", func(r *Region, rp *Replica) { r.end(dispatched(r, rp), Served, time.Second) }, true},
-		{"a failed check and two failed requests eject", func(r *Region, rp *Replica) {
+		{"a success resets the streak", func(r *pool, rp *replica) { r.end(dispatched(r, rp), Served, time.Second) }, true},
+		{"a failed check and two failed requests eject", func(r *pool, rp *replica) {
 			r.HealthChecked(rp, false)
 			r.end(dispatched(r, rp), ReplicaFailed, 0)
 			r.end(dispatched(r, rp), ReplicaFailed, 0)
 		}, false},
-		{"one passed check is not enough", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, false},
-		{"a failed check restarts the count", func(r *Region, rp *Replica) { r.HealthChecked(rp, false); r.HealthChecked(rp, true) }, false},
-		{"the second pass in a row re-admits", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, true},
+		{"one passed check is not enough", func(r *pool, rp *replica) { r.HealthChecked(rp, true) }, false},
+		{"a failed check restarts the count", func(r *pool, rp *replica) { r.HealthChecked(rp, false); r.HealthChecked(rp, true) }, false},
+		{"the second pass in a row re-admits", func(r *pool, rp *replica) { r.HealthChecked(rp, true) }, true},
 		// Healthy to /health, failing requests (an engine that hangs):
 		// re-admitted on probation, it is ejected at its first failure,
 		// and kept out twice as long.
-		{"on probation one failure ejects", func(r *Region, rp *Replica) { r.end(dispatched(r, rp), ReplicaFailed, 0) }, false},
-		{"a second ejection takes twice the passes", func(r *Region, rp *Replica) {
+		{"on probation one failure ejects", func(r *pool, rp *replica) { r.end(dispatched(r, rp), ReplicaFailed, 0) }, false},
+		{"a second ejection takes twice the passes", func(r *pool, rp *replica) {
 			for range 3 {
 				r.HealthChecked(rp, true)
 			}
 		}, false},
-		{"the fourth pass re-admits", func(r *Region, rp *Replica) { r.HealthChecked(rp, true) }, true},
-		{"serving a request ends probation", func(r *Region, rp *Replica) {
+		{"the fourth pass re-admits", func(r *pool, rp *replica) { r.HealthChecked(rp, true) }, true},
+		{"serving a request ends probation", func(r *pool, rp *replica) {
 			r.end(dispatched(r, rp), Served, time.Second)
 			r.end(dispatched(r, rp), ReplicaFailed, 0)
 		}, true},
@@ -217,7 +217,7 @@ func TestDigestPublisher(t *testing.T) {
 }
 
 // dispatched books a dispatch of a fresh request to rp and returns it.
-func dispatched(r *Region, rp *Replica) *request.Request {
+func dispatched(r *pool, rp *replica) *request.Request {
 	for i, x := range r.Replicas() {
 		if x == rp {
 			o := deliveryFor(r, fmt.Sprint("d", len(r.bookings)), i, 99)
@@ -229,7 +229,7 @@ func dispatched(r *Region, rp *Replica) *request.Request {
 }
 
 // deliveryFor delivers a dispatch of a request with blocks to replica i.
-func deliveryFor(r *Region, id string, i int, blocks ...uint64) balancer.Outcome {
+func deliveryFor(r *pool, id string, i int, blocks ...uint64) balancer.Outcome {
 	rq := req(id, blocks...)
 	r.View(rq)
 	return balancer.Outcome{Request: rq, Decision: policy.Decision{Action: policy.Dispatch, Replica: i, Region: r.cfg.Name}}
@@ -294,7 +294,7 @@ func TestSetReplicasKeepsStateOfThoseThatStay(t *testing.T) {
 	}
 }
 
-func names(rs []*Replica) []string {
+func names(rs []*replica) []string {
 	var out []string
 	for _, r := range rs {
 		out = append(out, r.Name())
@@ -424,7 +424,7 @@ func TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst(t *testing.T) {
 			var got []*Attempt
 			var objectives [request.NumClasses]request.SLO
 			objectives[request.Standard] = request.SLO{TTFT: 2 * time.Second}
-			r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 2,
+			r, err := newPool(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 2,
 				Prefill: policy.PrefillProfile{Fixed: 70 * time.Millisecond, PerToken: 220 * time.Microsecond}, DecodeStep: 70 * time.Millisecond,
 				Balancer: balancer.Config{Objectives: objectives}},
 				policy.NewSkywalker(policy.DefaultSkywalkerConfig()), func(d *Attempt) { got = append(got, d) })
@@ -462,7 +462,7 @@ func TestAdmissionKnowsWhatRequestsInFlightOccupyFromTheFirst(t *testing.T) {
 // cache (decayed per dispatch by ServiceAlpha).
 func TestTheSummaryCarriesWhatAForwardWouldEvict(t *testing.T) {
 	var got []*Attempt
-	r, err := New(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4, DefaultReplicaTokens: 10 * 128,
+	r, err := newPool(Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4, DefaultReplicaTokens: 10 * 128,
 		Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}}, policy.NewSkywalker(policy.DefaultSkywalkerConfig()),
 		func(d *Attempt) { got = append(got, d) })
 	if err != nil {
@@ -486,7 +486,7 @@ func TestTheSummaryCarriesWhatAForwardWouldEvict(t *testing.T) {
 	}
 	r.Submit(t0, req("doc", 11, 12, 13, 14, 15, 16, 17, 18, 19, 20)) // fills the other replica
 	if got[2].Replica == got[1].Replica {
-		t.Fatalf("the 10-block document went to %s, which holds the 4 blocks; want the other replica", got[2].Replica.Name())
+		t.Fatalf("the 10-block document went to %s, which holds the 4 blocks; want the other replica", got[2].Replica)
 	}
 	if l := r.Load(); l.FreeCacheTokens != 1280-4*128 {
 		t.Errorf("free cache %d, want %d: one replica full, the other holding 4 blocks", l.FreeCacheTokens, 1280-4*128)
@@ -506,18 +506,18 @@ func TestASessionStaysOnItsReplicaWhileItMay(t *testing.T) {
 		return (*got)[len(*got)-1]
 	}
 	first := turn("t1", 100)
-	home := first.Replica
+	home := first.rp
 	r.end(first.Request, Served, time.Second)
 	r.index.Forget(home.target) // the index lost what the session sent (another proxy served it, a restart)
 	second := turn("t2", 200)
-	if second.Replica != home || second.Decision.Reason != policy.ReasonSession {
-		t.Fatalf("second turn on %s for %q, want the session's %s", second.Replica.Name(), second.Decision.Reason, home.Name())
+	if second.rp != home || second.Decision.Reason != policy.ReasonSession {
+		t.Fatalf("second turn on %s for %q, want the session's %s", second.Replica, second.Decision.Reason, home.Name())
 	}
 	r.end(second.Request, Served, time.Second)
 	for range 4 { // the session's replica far busier than the others
 		dispatched(r, home)
 	}
-	if busy := turn("t3", 300); busy.Replica == home {
+	if busy := turn("t3", 300); busy.rp == home {
 		t.Errorf("third turn followed the session to %s with %d in flight there: affinity must be soft", home.Name(), home.InFlight())
 	}
 }

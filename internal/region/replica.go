@@ -27,10 +27,10 @@ type Metrics struct {
 	RunningAdapters []string
 }
 
-// Replica is one local inference server as the region sees it. Its fields
-// change only through the Region's methods; drivers read them through the
-// accessors.
-type Replica struct {
+// replica is one local inference server as the region sees it. Its fields
+// change only through its pool's methods; drivers name it, and read it
+// in Node.Snapshot.
+type replica struct {
 	name         string
 	jurisdiction string        // "" for the region's own
 	rtt          time.Duration // from the balancer; zero in its own region
@@ -96,50 +96,47 @@ func Specs(names ...string) []ReplicaSpec {
 	return out
 }
 
-// Name is the replica's name (the proxy uses host:port).
-func (r *Replica) Name() string { return r.name }
-
-// Healthy reports whether the replica is in service (not ejected).
-func (r *Replica) Healthy() bool { return r.healthy }
-
 // ReplicaState is a replica's bookkeeping as the core holds it: for the
 // debug endpoint and the drivers' parity test.
 type ReplicaState struct {
-	Model                string // its pool's (Pools.ReplicaStates); "" from a Region
+	Model                string // its pool's
 	Name                 string
 	Healthy, Probation   bool
 	InFlight             int
 	Failures, Ejections  int // the failure streak, and ejections since it last served
 	PrefillTokens, Ended int
+	Metrics              Metrics // its last scrape
+	// IndexedBlocks is how many prefix blocks the index believes it holds;
+	// CacheTokens, the KV cache it is believed to hold (the index,
+	// corrected by cache truth); DispatchCap, its requests-in-flight cap.
+	IndexedBlocks, CacheTokens, DispatchCap int
+	Truth                                   CacheTruth
+	CacheSource                             CacheSource
 }
 
 // ReplicaStates lists every replica's bookkeeping, in the region's order.
-func (r *Region) ReplicaStates() []ReplicaState {
+func (r *pool) ReplicaStates() []ReplicaState {
 	out := make([]ReplicaState, len(r.replicas))
 	for i, rp := range r.replicas {
 		out[i] = ReplicaState{Name: rp.name, Healthy: rp.healthy, Probation: rp.probation, InFlight: rp.inFlight,
-			Failures: rp.failures, Ejections: rp.ejections, PrefillTokens: rp.prefillTokens, Ended: rp.ended}
+			Failures: rp.failures, Ejections: rp.ejections, PrefillTokens: rp.prefillTokens, Ended: rp.ended, Metrics: rp.metrics,
+			IndexedBlocks: r.index.TargetLen(rp.target), CacheTokens: r.believedTokens(rp), DispatchCap: r.dispatchCap(rp),
+			Truth: rp.truth, CacheSource: rp.engine.source}
 	}
 	return out
 }
-
-// InFlight is the number of requests dispatched to it and not yet done.
-func (r *Replica) InFlight() int { return r.inFlight }
-
-// Metrics is the replica's last scrape.
-func (r *Replica) Metrics() Metrics { return r.metrics }
 
 // SetReplicas makes the replica table exactly specs, in that order (which
 // is the order policies see them in, and break ties by). Replicas that stay
 // keep their state; those that leave are forgotten with their index
 // entries. At most prefix.MaxTargets replicas are tracked; the error names
 // those that were not.
-func (r *Region) SetReplicas(specs []ReplicaSpec) error {
+func (r *pool) SetReplicas(specs []ReplicaSpec) error {
 	wanted := make(map[string]bool, len(specs))
 	for _, sp := range specs {
 		wanted[sp.Name] = true
 	}
-	byName := make(map[string]*Replica, len(r.replicas))
+	byName := make(map[string]*replica, len(r.replicas))
 	for _, rp := range r.replicas {
 		if wanted[rp.name] {
 			byName[rp.name] = rp
@@ -148,7 +145,7 @@ func (r *Region) SetReplicas(specs []ReplicaSpec) error {
 		r.index.RemoveTarget(rp.target) // leaving: free its index slot first
 		r.digests.stale = true
 	}
-	next := make([]*Replica, 0, len(specs))
+	next := make([]*replica, 0, len(specs))
 	var dropped []string
 	for _, sp := range specs {
 		if rp, ok := byName[sp.Name]; ok {
@@ -165,7 +162,7 @@ func (r *Region) SetReplicas(specs []ReplicaSpec) error {
 			dropped = append(dropped, sp.Name)
 			continue
 		}
-		next = append(next, &Replica{name: sp.Name, jurisdiction: sp.Jurisdiction, rtt: sp.RTT, target: t, healthy: true})
+		next = append(next, &replica{name: sp.Name, jurisdiction: sp.Jurisdiction, rtt: sp.RTT, target: t, healthy: true})
 	}
 	r.replicas = next
 	if len(dropped) > 0 {
@@ -174,7 +171,7 @@ func (r *Region) SetReplicas(specs []ReplicaSpec) error {
 	return nil
 }
 
-func slicesContains(rs []*Replica, name string) bool {
+func slicesContains(rs []*replica, name string) bool {
 	for _, rp := range rs {
 		if rp.name == name {
 			return true
@@ -183,12 +180,8 @@ func slicesContains(rs []*Replica, name string) bool {
 	return false
 }
 
-// Replicas returns the replica table in routing order. The slice and its
-// replicas must not be modified.
-func (r *Region) Replicas() []*Replica { return r.replicas }
-
 // Replica returns the replica named name, or nil.
-func (r *Region) Replica(name string) *Replica {
+func (r *pool) Replica(name string) *replica {
 	for _, rp := range r.replicas {
 		if rp.name == name {
 			return rp
@@ -197,32 +190,15 @@ func (r *Region) Replica(name string) *Replica {
 	return nil
 }
 
-// HealthyReplicas counts the replicas in service.
-func (r *Region) HealthyReplicas() int {
-	n := 0
-	for _, rp := range r.replicas {
-		if rp.healthy {
-			n++
-		}
-	}
-	return n
-}
-
-// IndexedBlocks is how many prefix blocks the index believes rp holds.
-func (r *Region) IndexedBlocks(rp *Replica) int { return r.index.TargetLen(rp.target) }
-
 // ScrapeMark is where a replica's counters stood when a scrape of its
 // engine began.
-type ScrapeMark struct{ ended, dispatchedTokens int }
+type scrapeMark struct{ ended, dispatchedTokens int }
 
 // MarkScrape is called as a scrape of rp's engine begins; the mark goes
 // to ScrapedSince when it lands.
-func (r *Region) MarkScrape(rp *Replica) ScrapeMark {
-	return ScrapeMark{ended: rp.ended, dispatchedTokens: rp.dispatchedTokens}
+func (r *pool) MarkScrape(rp *replica) scrapeMark {
+	return scrapeMark{ended: rp.ended, dispatchedTokens: rp.dispatchedTokens}
 }
-
-// Scraped records a scrape that took no time (the simulator's).
-func (r *Region) Scraped(rp *Replica, m Metrics) { r.ScrapedSince(rp, m, r.MarkScrape(rp)) }
 
 // ScrapedSince records one scrape of rp's engine that began at mark. The
 // requests that ended and the tokens dispatched since the mark stay
@@ -232,7 +208,7 @@ func (r *Region) Scraped(rp *Replica, m Metrics) { r.ScrapedSince(rp, m, r.MarkS
 // scrape passes the zero Metrics: the engine's queue is then unknown and
 // the replica is balanced on its requests in flight. A reported KV-cache
 // size resizes the replica's share of the prefix index.
-func (r *Region) ScrapedSince(rp *Replica, m Metrics, mark ScrapeMark) {
+func (r *pool) ScrapedSince(rp *replica, m Metrics, mark scrapeMark) {
 	rp.metrics, rp.scraped = m, true
 	for _, a := range m.RunningAdapters {
 		rp.touchAdapter(a)
@@ -260,7 +236,7 @@ const footprintAlpha = 0.05
 // sequences still growing), never more than the configured MaxInFlight. A
 // replica whose engine reports no cache size, or that has not run anything
 // yet, has the configured cap.
-func (r *Region) effectiveCap(rp *Replica) int {
+func (r *pool) effectiveCap(rp *replica) int {
 	m := rp.metrics
 	if rp.footprint <= 0 || m.KVBlocks <= 0 || m.BlockSize <= 0 {
 		return r.dispatchCap(rp)
@@ -269,7 +245,7 @@ func (r *Region) effectiveCap(rp *Replica) int {
 }
 
 // capacityTokens is the KV cache rp is believed to hold.
-func (r *Region) capacityTokens(rp *Replica) int {
+func (r *pool) capacityTokens(rp *replica) int {
 	if m := rp.metrics; m.KVBlocks > 0 && m.BlockSize > 0 {
 		return m.KVBlocks * m.BlockSize
 	}
@@ -279,7 +255,7 @@ func (r *Region) capacityTokens(rp *Replica) int {
 // booking is a dispatched request's claim on its replica, from Deliver to
 // End.
 type booking struct {
-	rp         *Replica
+	rp         *replica
 	prompt     int // prompt tokens
 	uncached   int // prompt tokens the replica must prefill
 	prefilling bool
@@ -288,7 +264,7 @@ type booking struct {
 	held       bool          // it waited in the balancer
 	sent       time.Time     // when it was dispatched
 	inflight   int           // requests in flight at its replica then, itself included
-	expected   time.Duration // the service it was expected to take (see Region.expectedService)
+	expected   time.Duration // the service it was expected to take (see pool.expectedService)
 	// ttftExpected is what the profile expects of its first token (see
 	// expectedFirstToken); alone, that nothing else ran on the replica
 	// when it was sent.
@@ -303,7 +279,7 @@ type booking struct {
 // (the proxy: its first byte) at now: its prefill no longer delays
 // others, and the time it took, against what was estimated when it was
 // submitted, calibrates admission (TTFTBias).
-func (r *Region) firstToken(now time.Time, req *request.Request) {
+func (r *pool) firstToken(now time.Time, req *request.Request) {
 	b := r.bookings[req]
 	if b == nil || !b.prefilling {
 		return
@@ -335,7 +311,7 @@ func (r *Region) firstToken(now time.Time, req *request.Request) {
 }
 
 // prefilled takes a booking's prefill off its replica's queued prefill.
-func (r *Region) prefilled(b *booking) {
+func (r *pool) prefilled(b *booking) {
 	if !b.prefilling {
 		return
 	}
@@ -351,7 +327,7 @@ func (r *Region) prefilled(b *booking) {
 // queuing a tenant that floods the queue waits longer than its place on
 // arrival said, one that does not waits less, and a critical request
 // overtakes standard ones — else the region's, else 1.
-func (r *Region) ttftBias(req *request.Request) float64 {
+func (r *pool) ttftBias(req *request.Request) float64 {
 	if t := r.tenantBias[flowOf(req)]; t != nil {
 		return t.ratio()
 	}
@@ -401,7 +377,7 @@ func (e *ratioEWMA) observe(actual, estimate float64) {
 // end records the end of a dispatched request: its replica's slot frees,
 // and how it went is booked (see Outcome; service is from dispatch to the
 // last byte). A request not dispatched, or already ended, is ignored.
-func (r *Region) end(req *request.Request, how Outcome, service time.Duration) {
+func (r *pool) end(req *request.Request, how Outcome, service time.Duration) {
 	b := r.bookings[req]
 	if b == nil {
 		return
@@ -438,7 +414,7 @@ func (r *Region) end(req *request.Request, how Outcome, service time.Duration) {
 // is re-admitted after ReadmitAfter passes in a row, doubled for every
 // ejection since it last served a request (at most 32×), and on
 // probation: until it serves one, its first failure ejects it again.
-func (r *Region) HealthChecked(rp *Replica, ok bool) {
+func (r *pool) HealthChecked(rp *replica, ok bool) {
 	switch {
 	case ok && !rp.healthy:
 		if rp.passes++; rp.passes >= r.cfg.ReadmitAfter<<min(max(rp.ejections-1, 0), 5) {
@@ -455,7 +431,7 @@ func (r *Region) HealthChecked(rp *Replica, ok bool) {
 // fail counts one failure and ejects rp at the EjectAfter-th in a row. An
 // ejected replica's index entries are forgotten: a replica that fails may
 // have restarted with an empty cache.
-func (r *Region) fail(rp *Replica) {
+func (r *pool) fail(rp *replica) {
 	rp.failures++
 	if (rp.failures >= r.cfg.EjectAfter || rp.probation) && rp.healthy {
 		rp.healthy, rp.passes, rp.probation = false, 0, false

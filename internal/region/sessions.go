@@ -49,7 +49,7 @@ func (s *sessions) replica(key string) (string, bool) {
 // creditSession marks the replica that last served session in rs (the
 // view's replicas) and credits it with the longest prefix any replica
 // holds for the request (see policy.Replica.Session).
-func (r *Region) creditSession(session string, rs []policy.Replica) {
+func (r *pool) creditSession(session string, rs []policy.Replica) {
 	name, ok := r.sessions.replica(session)
 	if !ok {
 		return

@@ -57,7 +57,7 @@ type siblingKey struct {
 }
 
 type siblingChain struct {
-	rp *Replica
+	rp *replica
 	ch *chain
 }
 
@@ -65,7 +65,7 @@ type siblingChain struct {
 // dispatches (as Config.Node) on or off. While on, KV events are applied
 // EventSettle after they are heard (see EngineEvents). What other nodes
 // tell is applied either way.
-func (r *Region) ShareDispatches(on bool) {
+func (r *pool) ShareDispatches(on bool) {
 	r.siblings.on, r.siblings.self = on, r.cfg.Node
 	if !on {
 		r.siblings.out = nil
@@ -74,14 +74,14 @@ func (r *Region) ShareDispatches(on bool) {
 
 // TakeDispatches returns the dispatches and ends to tell since the last
 // call.
-func (r *Region) TakeDispatches() []SiblingDispatch {
+func (r *pool) TakeDispatches() []SiblingDispatch {
 	out := r.siblings.out
 	r.siblings.out = nil
 	return out
 }
 
 // sent records a dispatch to tell; it returns its number (0: not told).
-func (s *siblings) sent(rp *Replica, blocks []uint64, blockTokens, cached int, at time.Time) uint64 {
+func (s *siblings) sent(rp *replica, blocks []uint64, blockTokens, cached int, at time.Time) uint64 {
 	if !s.on || len(blocks) == 0 {
 		return 0
 	}
@@ -91,7 +91,7 @@ func (s *siblings) sent(rp *Replica, blocks []uint64, blockTokens, cached int, a
 }
 
 // ended records the end of dispatch id (0: not told).
-func (s *siblings) ended(rp *Replica, id uint64) {
+func (s *siblings) ended(rp *replica, id uint64) {
 	if id != 0 && s.on {
 		s.push(SiblingDispatch{Replica: rp.name, ID: id, Ended: true})
 	}
@@ -110,7 +110,7 @@ func (s *siblings) push(d SiblingDispatch) {
 // are awaited, and runs already heard for it attributed), or the end of
 // one (a prompt wholly cached stores nothing, and must not take a later
 // prompt's stores).
-func (r *Region) SiblingDispatched(from string, d SiblingDispatch) {
+func (r *pool) SiblingDispatched(from string, d SiblingDispatch) {
 	rp := r.Replica(d.Replica)
 	s := &r.siblings
 	key := siblingKey{from, d.ID}

@@ -30,7 +30,7 @@ import (
 // time, a lower bound of the first token's, is counted as a sample, so a
 // slow replica is waited for longer next time instead of being timed out
 // again and again; at a replica that answers nobody it is a failure (see
-// Region.timedOut).
+// pool.timedOut).
 
 // firstTokenWindow is how many recent first tokens a replica's (and the
 // region's) timeout is learned from.
@@ -102,7 +102,7 @@ const (
 // engines take to a first token when nothing else runs on them, from
 // minFirstTokenSamples such first tokens on (1 until then): the scale of
 // every estimate the region makes.
-func (r *Region) speed() float64 {
+func (r *pool) speed() float64 {
 	if r.idleSamples < minFirstTokenSamples {
 		return 1
 	}
@@ -110,13 +110,13 @@ func (r *Region) speed() float64 {
 }
 
 // prefill is the region's prefill profile as its engines bear it out.
-func (r *Region) prefill() policy.PrefillProfile { return r.cfg.Prefill.Scaled(r.speed()) }
+func (r *pool) prefill() policy.PrefillProfile { return r.cfg.Prefill.Scaled(r.speed()) }
 
 // unmeasured reports whether the region's estimates rest on the profile
 // alone (policy.LocalRegion.Unmeasured): it has seen no first token, and
 // an engine was scraped and reports no metrics (one not yet scraped is
 // given the benefit of the doubt for the first scrape interval).
-func (r *Region) unmeasured() bool {
+func (r *pool) unmeasured() bool {
 	if r.firstTokens.n > 0 {
 		return false
 	}
@@ -132,13 +132,13 @@ func (r *Region) unmeasured() bool {
 // with prefillTokens of uncached prompt queued there, its own included: at
 // least one block's prefill (a cached prompt still computes its last,
 // partial block, and the engine takes a step).
-func (r *Region) expectedFirstToken(prefillTokens int) time.Duration {
+func (r *pool) expectedFirstToken(prefillTokens int) time.Duration {
 	return max(r.cfg.Prefill.Time(max(prefillTokens, r.cfg.BlockTokens)), time.Millisecond)
 }
 
 // observeFirstTokenTime learns from a first token that came ttft after b
 // was sent.
-func (r *Region) observeFirstTokenTime(b *booking, ttft time.Duration, now time.Time) {
+func (r *pool) observeFirstTokenTime(b *booking, ttft time.Duration, now time.Time) {
 	ratio := float64(ttft) / float64(b.ttftExpected)
 	b.rp.firstTokens.add(ratio)
 	r.firstTokens.add(ratio)
@@ -153,7 +153,7 @@ func (r *Region) observeFirstTokenTime(b *booking, ttft time.Duration, now time.
 
 // firstTokenTimeout is how long the attempt booked as b may wait for its
 // first token (see FirstTokenFactor).
-func (r *Region) firstTokenTimeout(b *booking) time.Duration {
+func (r *pool) firstTokenTimeout(b *booking) time.Duration {
 	q, ok := b.rp.firstTokens.quantile(0.95)
 	if !ok {
 		if q, ok = r.firstTokens.quantile(0.95); !ok {
@@ -174,7 +174,7 @@ func (r *Region) firstTokenTimeout(b *booking) time.Duration {
 // what a slot takes (the queue-wait estimate), and a replica that had
 // others in flight is taken to have been full (its learned dispatch cap
 // drops, see observeFirstToken).
-func (r *Region) timedOut(b *booking, waited time.Duration) (hung bool) {
+func (r *pool) timedOut(b *booking, waited time.Duration) (hung bool) {
 	rp := b.rp
 	if !rp.lastFirstToken.After(b.sent) {
 		return true

@@ -21,7 +21,7 @@ func longReq(id string, first uint64) *request.Request {
 
 // serveAt submits q at at, gives its first token ttft later and ends it
 // served; it returns the attempt.
-func serveAt(t *testing.T, r *Region, got *[]*Attempt, q *request.Request, at time.Time, ttft time.Duration) *Attempt {
+func serveAt(t *testing.T, r *pool, got *[]*Attempt, q *request.Request, at time.Time, ttft time.Duration) *Attempt {
 	t.Helper()
 	r.Submit(at, q)
 	a := last(t, got)
@@ -134,7 +134,7 @@ func TestAWaitingAttemptsTimeoutFollowsWhatTheRegionLearns(t *testing.T) {
 	r.Submit(t0, longReq("b", 2000))
 	b := last(t, got)
 	if a.Replica == b.Replica {
-		t.Fatalf("both on %s, want one on each replica", a.Replica.Name())
+		t.Fatalf("both on %s, want one on each replica", a.Replica)
 	}
 	if a.FirstTokenTimeout() != InitialFirstTokenTimeout {
 		t.Fatalf("timeout %v before anything is known, want %v", a.FirstTokenTimeout(), InitialFirstTokenTimeout)
@@ -159,6 +159,6 @@ func TestATimedOutRequestIsRetriedElsewhere(t *testing.T) {
 	next := a.End(t0.Add(a.FirstTokenTimeout()), TimedOut)
 	b := last(t, got)
 	if !next.Retry || b == a || !b.Dispatched() || b.Replica == a.Replica {
-		t.Fatalf("after a timeout at %s: %+v, then %+v; want a retry at the other replica", a.Replica.Name(), next, b)
+		t.Fatalf("after a timeout at %s: %+v, then %+v; want a retry at the other replica", a.Replica, next, b)
 	}
 }

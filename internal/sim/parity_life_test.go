@@ -32,7 +32,7 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 
 	booked := func(when string) {
 		t.Helper()
-		if ps, ss := p.router.ReplicaStates(), p.us.core.ReplicaStates(); !reflect.DeepEqual(ps, ss) {
+		if ps, ss := p.router.ReplicaStates(), p.us.core.Snapshot(p.us.now()).Replicas; !reflect.DeepEqual(ps, ss) {
 			t.Errorf("%s: replicas booked differently\nproxy %+v\nsim   %+v", when, ps, ss)
 		}
 		if pl, sl := p.router.Load(), p.us.core.Load(); !reflect.DeepEqual(pl, sl) {
@@ -45,8 +45,8 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 			return "none"
 		case a.Err != nil:
 			return "rejected " + string(a.Err.Code)
-		case a.Replica != nil:
-			return fmt.Sprintf("dispatch to %s (attempt %d, %s)", a.Replica.Name(), a.Number, a.Decision.Reason)
+		case a.Replica != "":
+			return fmt.Sprintf("dispatch to %s (attempt %d, %s)", a.Replica, a.Number, a.Decision.Reason)
 		default:
 			return fmt.Sprintf("forward to %s (attempt %d)", a.Peer.Region, a.Number)
 		}
@@ -92,7 +92,7 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 	// 1. A dispatched request's replica fails before the first byte: it
 	// counts against the replica and the request is routed again.
 	arrive("a", probe("short, nothing cached", 2, ""))
-	if proxyAttempt["a"].Replica == nil {
+	if proxyAttempt["a"].Replica == "" {
 		t.Fatalf("the script needs a dispatched: %s", target(proxyAttempt["a"]))
 	}
 	if n := endProxy("a", region.ReplicaFailed); !n.Retry {

@@ -209,13 +209,11 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 	compare := func(when string) {
 		t.Helper()
 		for _, req := range probes {
-			pool := us.core.Pool(req.Base)
-			pv, sv := router.View(req), pool.View(req)
-			sv.Local.Queued = pool.Queued()
-			if !reflect.DeepEqual(pv, copyView(sv)) {
-				t.Errorf("%s, %s: views differ\nproxy %+v\nsim   %+v", when, req.ID, pv, copyView(sv))
+			sv, sd := us.core.Explain(req)
+			if pv := router.View(req); !reflect.DeepEqual(pv, sv) {
+				t.Errorf("%s, %s: views differ\nproxy %+v\nsim   %+v", when, req.ID, pv, sv)
 			}
-			if pd, sd := router.Decide(req), pool.Decide(req); pd != sd {
+			if pd := router.Decide(req); pd != sd {
 				t.Errorf("%s, %s: decisions differ: proxy %+v, sim %+v", when, req.ID, pd, sd)
 			}
 		}
@@ -251,10 +249,10 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 		sr := &simRequest{req: &sreq, client: 0, ingress: 0, at: -1, forwardedTo: -1, arrival: w.now, firstToken: -1}
 		mustHandle(t, w, event{kind: evArrival, router: 0, req: sr})
 		proxyTarget, simTarget := "forward to "+peerName(pd.Peer), "forward to "+regionName(w, sr.forwardedTo)
-		if pd.Replica != nil {
-			proxyTarget = "dispatch to " + pd.Replica.Name()
+		if pd.Replica != "" {
+			proxyTarget = "dispatch to " + pd.Replica
 			proxyAttempts[preq.ID] = pd.Attempt
-			i := replicaIndex(pd.Replica.Name())
+			i := replicaIndex(pd.Replica)
 			engines[i].Engine(func(e *engine.Engine) {
 				_ = e.Add(&engine.Sequence{ID: preq.ID, PromptTokens: preq.PromptTokens, MaxTokens: preq.MaxTokens, Units: preq.Blocks,
 					UnitTokens: preq.BlockTokens, Arrival: now()})
@@ -327,12 +325,6 @@ func probe(id string, blocks int, residency string, prefix ...uint64) *request.R
 	return &request.Request{ID: id, Region: "us-east", PromptTokens: 128*len(b) + 17, MaxTokens: 32, Blocks: b, BlockTokens: 128, Residency: residency}
 }
 
-func copyView(v *policy.View) policy.View {
-	l := v.Local
-	l.Replicas = append([]policy.Replica(nil), l.Replicas...)
-	return policy.View{Local: l, Peers: append([]policy.PeerRegion(nil), v.Peers...)}
-}
-
 func ptr[T any](v T) *T { return &v }
 
 // TestProxyAndSimulatorScrapeEnginesAlike: engines in every kind of state —
@@ -386,17 +378,16 @@ func TestProxyAndSimulatorScrapeEnginesAlike(t *testing.T) {
 			srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 			router.ObserveScrape("r0", router.MarkScrape("r0"), rec.Code, rec.Body)
 
-			core, err := region.New(pcfg.RegionConfig(), pol, func(*region.Attempt) {})
-			if err != nil {
+			core := region.NewNode(func(string) region.Config { return pcfg.RegionConfig() },
+				func(string) (policy.Policy, error) { return pol, nil }, func(*region.Attempt) {})
+			if err := core.SetReplicas(map[string][]region.ReplicaSpec{"": region.Specs("r0")}); err != nil {
 				t.Fatal(err)
 			}
-			if err := core.SetReplicas(region.Specs("r0")); err != nil {
-				t.Fatal(err)
-			}
-			core.Scraped(core.Replica("r0"), EngineMetrics(model))
+			core.Scraped("r0", EngineMetrics(model), nil)
 
 			req := probe("a request", 4, "")
-			pv, sv := router.View(req), copyView(core.View(req))
+			sv, _ := core.Explain(req)
+			pv := router.View(req)
 			if !reflect.DeepEqual(pv.Local.Replicas, sv.Local.Replicas) {
 				t.Errorf("replica views differ\nproxy %+v\nsim   %+v", pv.Local.Replicas, sv.Local.Replicas)
 			}

@@ -31,7 +31,9 @@ func (w *world) result() *results.Result {
 			st := rp.eng.Stats()
 			res.Preemptions += st.Preemptions
 			res.AdapterLoads += st.LoRALoads
-			tr := rp.pool.Truth(rp.handle)
+		}
+		for _, st := range r.core.Snapshot(r.now()).Replicas {
+			tr := st.Truth
 			predicted, hits = predicted+tr.PredictedHits, hits+tr.Hits
 			cached, foreseen = cached+tr.Cached, foreseen+tr.Foreseen
 		}

@@ -32,16 +32,14 @@ type simRequest struct {
 	gone        bool // ended: completed, dropped, or its client gave up
 }
 
-// replica is one engine at a site, and its handle in its model's pool in
-// its router's core.
+// replica is one engine at a site, known by its name to its router's
+// core.
 type replica struct {
 	name   string
 	model  string // the base model its engine serves
 	site   int    // where the engine runs
 	index  int    // in its router's replica table
 	router *router
-	handle *region.Replica
-	pool   *region.Region // its model's pool, which holds handle
 	eng    *engine.Engine
 	cfg    engine.Config
 	down   int    // overlapping faults holding it down
@@ -59,9 +57,9 @@ type router struct {
 	idx      int
 	site     int
 	name     string
-	core     *region.Pools
+	core     *region.Node
 	replicas []*replica
-	byHandle map[*region.Replica]*replica
+	byName   map[string]*replica
 	table    *mesh.Table // what this router knows of its peers
 	loads    region.LoadPublisher
 	sentGen  uint64 // digest generation last published
@@ -80,7 +78,7 @@ type router struct {
 func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 	spec := w.cfg.Regions[site]
 	r := &router{w: w, idx: idx, site: site, name: spec.Name, expireAt: -1, table: mesh.NewTable(spec.Name, w.cfg.Control),
-		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}, byHandle: map[*region.Replica]*replica{}}
+		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}, byName: map[string]*replica{}}
 	first := w.cfg.Regions[0].PoolSpecs()[0].Profile
 	specs := map[string][]region.ReplicaSpec{}
 	models := map[string]PoolSpec{} // each model's first pool: its profile and adapters
@@ -105,7 +103,7 @@ func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 			}
 		}
 	}
-	r.core = region.NewPools(func(model string) region.Config {
+	r.core = region.NewNode(func(model string) region.Config {
 		c := w.cfg.regionConfig(spec, models[model].Profile, w.blockTokens)
 		c.AdapterLoad = models[model].LoRALoad
 		return c
@@ -116,9 +114,7 @@ func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 		return nil, err
 	}
 	for _, rp := range r.replicas {
-		rp.handle = r.core.Pool(rp.model).Replica(rp.name)
-		rp.pool = r.core.Pool(rp.model)
-		r.byHandle[rp.handle] = rp
+		r.byName[rp.name] = rp
 	}
 	return r, nil
 }
@@ -153,7 +149,7 @@ func (r *router) scrape() {
 			}
 		}
 		if rp.site == r.site {
-			rp.pool.Scraped(rp.handle, m)
+			r.core.Scraped(rp.name, m, nil)
 			continue
 		}
 		r.w.push(event{at: r.w.now + r.w.oneWay(rp.site, r.site), kind: evScrapeResult, router: int32(r.idx), replica: int32(rp.index), payload: m})
@@ -164,7 +160,7 @@ func (r *router) scrape() {
 // healthCheck probes every replica's /health: a dead one fails.
 func (r *router) healthCheck() {
 	for _, rp := range r.replicas {
-		rp.pool.HealthChecked(rp.handle, rp.down == 0)
+		r.core.HealthChecked(rp.name, rp.down == 0)
 	}
 }
 
@@ -198,7 +194,7 @@ func (r *router) delivered(a *region.Attempt) {
 	sr.held += r.w.now - sr.queuedAt
 	switch {
 	case a.Dispatched():
-		rp := r.byHandle[a.Replica]
+		rp := r.byName[a.Replica]
 		sr.dispatched, sr.replica, sr.attempt = r.w.now, rp, a
 		switch {
 		case rp.site != r.site:
@@ -329,7 +325,7 @@ func (r *router) publishKVEvents(rp *replica) {
 		return
 	}
 	if rp.site == r.site {
-		rp.pool.EngineEvents(r.now(), rp.handle, 0, ev)
+		r.core.EngineEvents(r.now(), rp.name, 0, ev)
 		return
 	}
 	r.w.push(event{at: r.w.now + r.w.oneWay(rp.site, r.site), kind: evKVEvents, router: int32(r.idx), replica: int32(rp.index), payload: ev})
@@ -475,7 +471,7 @@ func (r *router) crash(rp *replica) {
 	r.w.sitePreemptions[rp.site] += rp.eng.Stats().Preemptions
 	rp.eng = engine.New(rp.cfg)
 	if r.w.cfg.KVEvents {
-		rp.pool.EngineRestarted(rp.handle) // its events begin again, from an empty cache
+		r.core.EngineStreamChanged(rp.name, region.StreamRestarted) // its events begin again, from an empty cache
 	}
 	for _, sr := range lost {
 		if sr.firstToken >= 0 {

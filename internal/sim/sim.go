@@ -292,10 +292,10 @@ func (w *world) handle(e event) error {
 		w.every(evScrape, e.router, cp.ScrapeInterval)
 	case evKVEvents:
 		rp := r.replicas[e.replica]
-		rp.pool.EngineEvents(r.now(), rp.handle, 0, e.payload.([]kvevents.Event))
+		r.core.EngineEvents(r.now(), rp.name, 0, e.payload.([]kvevents.Event))
 	case evScrapeResult:
 		rp := r.replicas[e.replica]
-		rp.pool.Scraped(rp.handle, e.payload.(region.Metrics))
+		r.core.Scraped(rp.name, e.payload.(region.Metrics), nil)
 	case evHealth:
 		r.healthCheck()
 		w.every(evHealth, e.router, cp.HealthInterval)

@@ -458,17 +458,17 @@ func TestACrashedReplicaIsFoundAsTheProxyFindsIt(t *testing.T) {
 	const crashAt, back = 5 * time.Minute, 7 * time.Minute
 	w := burstWorld(t, ScenarioFault{Kind: "replica-crash", Region: "eu-west", Replica: 1, At: crashAt, Duration: back - crashAt})
 	cp := w.cfg.Control
-	h := w.routers[1].replicas[1].handle
+	r, name := w.routers[1], w.routers[1].replicas[1].name
 	runUntil(t, w, crashAt-time.Millisecond)
-	if !h.Healthy() {
+	if !r.core.Healthy(name) {
 		t.Fatal("healthy replica ejected before its crash")
 	}
 	runUntil(t, w, crashAt+time.Duration(region.DefaultEjectAfter)*cp.HealthInterval+cp.HealthInterval/2)
-	if h.Healthy() {
+	if r.core.Healthy(name) {
 		t.Fatal("a dead replica is still in service after EjectAfter failed health checks")
 	}
 	runUntil(t, w, back+time.Duration(region.DefaultReadmitAfter+1)*cp.HealthInterval)
-	if !h.Healthy() {
+	if !r.core.Healthy(name) {
 		t.Error("a recovered replica was not re-admitted by its health checks")
 	}
 }
@@ -782,7 +782,7 @@ func TestEveryRegionIsEstimatedWithItsOwnHardware(t *testing.T) {
 	// order, which three generations apart cannot confuse.
 	perToken := func(p policy.PrefillProfile) time.Duration { return p.PerToken }
 	for _, r := range w.routers {
-		v := r.core.Pool("").View(&request.Request{ID: "probe", PromptTokens: 128, BlockTokens: 128})
+		v, _ := r.core.Explain(&request.Request{ID: "probe", PromptTokens: 128, BlockTokens: 128})
 		if got, want := perToken(v.Local.Prefill), perToken(own[r.name]); got < want/2 || got > 2*want {
 			t.Errorf("%s estimates itself at %v per token, its profile says %v", r.name, got, want)
 		}

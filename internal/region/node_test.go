@@ -11,10 +11,10 @@ import (
 
 // newTestPools is a region serving llama-8b on r0 and r1 and llama-70b on
 // r2, whose attempts are collected.
-func newTestPools(t *testing.T) (*Pools, *[]*Attempt) {
+func newTestPools(t *testing.T) (*Node, *[]*Attempt) {
 	t.Helper()
 	var got []*Attempt
-	p := NewPools(func(model string) Config {
+	p := NewNode(func(model string) Config {
 		c := Config{Name: "us-east", Jurisdiction: "us", Node: "us-1", MaxInFlight: 4, Prefill: policy.PrefillProfile{PerToken: 100 * time.Microsecond}}
 		if model == "llama-70b" {
 			c.Prefill.PerToken *= 8
@@ -50,7 +50,7 @@ func TestEachModelIsRoutedInItsOwnPool(t *testing.T) {
 		where := ""
 		switch {
 		case a.Dispatched():
-			where = a.Replica.Name()
+			where = a.Replica
 		case a.Forwarded():
 			where = a.Peer.Region
 		}
@@ -62,11 +62,11 @@ func TestEachModelIsRoutedInItsOwnPool(t *testing.T) {
 	if a := last(t, got); a.Err == nil || a.Err.Code != apierr.ModelNotFound {
 		t.Errorf("a model nobody serves: %+v, want 404", a.Err)
 	}
-	if here, peers := p.Serves("qwen-32b"); here || !peers {
+	if here, peers := p.serves("qwen-32b"); here || !peers {
 		t.Errorf("qwen-32b served here %v, by a peer %v; want a peer only", here, peers)
 	}
 	// The 70B pool sees the peer not at all (it does not serve llama-70b).
-	if n := len(p.Pool("llama-70b").Peers()); n != 0 {
+	if n := len(p.pools["llama-70b"].Peers()); n != 0 {
 		t.Errorf("the llama-70b pool sees %d peers, want none", n)
 	}
 	l := p.Load()
