@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command: formatting, vet, staticcheck, every test under
+# The project's test command: formatting, tidy modules, vet, staticcheck, every test under
 # the race detector, and the quickstart simulation. README.md and .ci/run
 # both call exactly this. It needs only Go: staticcheck is installed from
 # the Go module proxy on first use.
@@ -21,6 +21,13 @@ if [ -n "$unformatted" ]; then
   echo "$unformatted" >&2
   exit 1
 fi
+
+step "go mod tidy (go.mod and go.sum say exactly what the code imports)"
+if ! go mod tidy -diff; then
+  echo "go.mod or go.sum is not tidy: run go mod tidy" >&2
+  exit 1
+fi
+(cd deploy/helm && go mod tidy -diff) || { echo "deploy/helm: go.mod or go.sum is not tidy: run go mod tidy there" >&2; exit 1; }
 
 step "go vet (on a fresh machine: downloads the modules and compiles everything, a few minutes)"
 go vet ./...

@@ -1,4 +1,5 @@
 // Package arch holds no code: its tests hold the rules of the product's
-// shape that prose would let drift — which layer may import which, and
-// how many methods the region core exports.
+// shape that prose would let drift — which layer may import which, how
+// many methods the region core exports, where the proxy's router lock is
+// taken, and that the docs list every package and proxy file.
 package arch

@@ -178,7 +178,19 @@ func restartTheSeed(t *testing.T, sameGossipAddr bool) {
 		}
 	}
 	nodetest.Eventually(t, nodetest.Converge, "the mesh forms through the seed", members(seed, 3))
-	time.Sleep(1500 * time.Millisecond) // the first seed process sends its summaries
+	hearsSeed := func(o *node.Node) func() (bool, string) {
+		return func() (bool, string) {
+			for _, p := range o.Mesh.Peers() {
+				if p.Region == "sa-east" {
+					return p.Healthy, fmt.Sprintf("sa-east healthy %v, data age %v", p.Healthy, p.DataAge)
+				}
+			}
+			return false, "sa-east is not a peer"
+		}
+	}
+	for _, o := range others {
+		nodetest.Eventually(t, nodetest.Converge, o.Region+" hears the first seed process's load", hearsSeed(o))
+	}
 
 	seed.Kill()
 	killed := time.Now()
@@ -191,12 +203,7 @@ func restartTheSeed(t *testing.T, sameGossipAddr bool) {
 			if time.Since(killed) <= maxAge {
 				return false, "the old process's data may still be fresh"
 			}
-			for _, p := range o.Mesh.Peers() {
-				if p.Region == "sa-east" {
-					return p.Healthy, fmt.Sprintf("sa-east healthy %v, data age %v", p.Healthy, p.DataAge)
-				}
-			}
-			return false, "sa-east is not a peer"
+			return hearsSeed(o)()
 		})
 	}
 	t.Logf("peers heard the restarted seed %v after its restart (data older than %v is not used)", time.Since(killed).Round(10*time.Millisecond), maxAge)

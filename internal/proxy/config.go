@@ -23,183 +23,168 @@ import (
 
 // Config is the proxy's configuration. Sources apply in the order
 // defaults < YAML file < environment < flags; Validate names the bad field.
+// The comments say what a field means; its YAML key, environment
+// variable, flag and default are in the settings table (settings.go),
+// from which serve's flags and --help and the README's settings table are
+// made — never restated here (a test holds that).
 type Config struct {
-	Region       string `yaml:"region"`       // REGION_ID
-	Jurisdiction string `yaml:"jurisdiction"` // SKYWALKER_JURISDICTION, e.g. "eu"
-	// PeerJurisdictions grants peer regions their jurisdictions
-	// (SKYWALKER_PEER_JURISDICTIONS "eu-west=eu,eu-central=eu"): a request
+	Region       string `yaml:"region"`       // this proxy's region, e.g. "us-east"
+	Jurisdiction string `yaml:"jurisdiction"` // its data-residency jurisdiction, e.g. "eu"
+	// PeerJurisdictions grants peer regions their jurisdictions: a request
 	// with data residency is forwarded only to a region listed here with
 	// its jurisdiction. What a peer claims in gossip is not trusted: any
 	// member with the gossip key could claim any jurisdiction.
 	PeerJurisdictions map[string]string `yaml:"peer_jurisdictions"`
-	NodeID            string            `yaml:"node_id"` // SKYWALKER_NODE_ID; default region + listen address
+	NodeID            string            `yaml:"node_id"` // this proxy among its region's
 
-	Listen string `yaml:"listen"` // HTTP, default :9000
-	// AdminListen serves /metrics, /debug/skywalker and /debug/pprof
-	// (SKYWALKER_ADMIN_LISTEN); default loopback on the client port + 100
-	// (127.0.0.1:9100 for :9000), "off" for none. Never the client port:
-	// what a proxy sees and its profiles are not for its clients.
+	Listen string `yaml:"listen"` // the client API's address
+	// AdminListen serves /metrics, /debug/skywalker and /debug/pprof, or
+	// "off" for none. Never the client port: what a proxy sees and its
+	// profiles are not for its clients.
 	AdminListen     string `yaml:"admin_listen"`
-	AdvertiseURL    string `yaml:"advertise_url"`    // SKYWALKER_ADVERTISE_URL: how peers reach this proxy
-	GossipBind      string `yaml:"gossip_bind"`      // default :7946
-	GossipAdvertise string `yaml:"gossip_advertise"` // SKYWALKER_GOSSIP_ADVERTISE host:port
+	AdvertiseURL    string `yaml:"advertise_url"`    // how peers reach this proxy
+	GossipBind      string `yaml:"gossip_bind"`      // the mesh's address
+	GossipAdvertise string `yaml:"gossip_advertise"` // the mesh's address as peers reach it, host:port
 
-	// Peers are the other regions' proxies (PEER_REGIONS,
-	// "eu-west:https://router.eu:9000,ap-east:10.0.0.5:7946"): seeds for
-	// joining the mesh. An http(s) URL is asked for its gossip address; a
-	// host:port is the gossip address itself.
+	// Peers are the other regions' proxies: seeds for joining the mesh. An
+	// http(s) URL is asked for its gossip address; a host:port is the
+	// gossip address itself.
 	Peers []PeerSeed `yaml:"peers"`
-	// WorkerPool lists the region's replicas (LOCAL_WORKER_POOL): base
-	// URLs, or one DNS name (optionally with :port) whose A records are the
-	// replicas, re-resolved every ResolveInterval.
+	// WorkerPool lists the region's replicas: base URLs, or one DNS name
+	// (optionally with :port) whose A records are the replicas,
+	// re-resolved every ResolveInterval.
 	WorkerPool []string `yaml:"worker_pool"`
 	// ModelPools pins replicas to the models they serve, model → base
-	// URLs (SKYWALKER_MODEL_POOLS: model=url,url;model2=url): a pinned
-	// replica is routed that model's requests whatever its /v1/models
-	// says. Replicas in WorkerPool are placed by what their /v1/models
-	// lists. Either may be empty, not both.
+	// URLs: a pinned replica is routed that model's requests whatever its
+	// /v1/models says. Replicas in WorkerPool are placed by what their
+	// /v1/models lists. Either may be empty, not both.
 	ModelPools map[string][]string `yaml:"model_pools"`
-	// ModelProfiles is the engine profile of each model's replicas
-	// (SKYWALKER_MODEL_PROFILES: model=profile,...): a 70B model on four
-	// H100s is not an 8B model on an L4. Models not listed use Profile.
+	// ModelProfiles is the engine profile of each model's replicas: a 70B
+	// model on four H100s is not an 8B model on an L4. Models not listed
+	// use Profile.
 	ModelProfiles map[string]string `yaml:"model_profiles"`
 	// LoRALoad is what loading a LoRA adapter into a replica's slot is
-	// believed to cost (SKYWALKER_LORA_LOAD_TIME; default 100 ms): a
-	// request of an adapter not resident on a replica is charged it there.
+	// believed to cost: a request of an adapter not resident on a replica
+	// is charged it there.
 	LoRALoad time.Duration `yaml:"lora_load_time"`
-	// KVEvents subscribes to the replicas' KV-cache events
-	// (SKYWALKER_KV_EVENTS): off (the default), discover (each replica's
-	// GET /kv_event_sources), or where every replica publishes,
-	// tcp://{host}:5557|tcp://{host}:5558|topic.
+	// KVEvents subscribes to the replicas' KV-cache events: off, discover
+	// (each replica's GET /kv_event_sources), or where every replica
+	// publishes, tcp://{host}:5557|tcp://{host}:5558|topic.
 	KVEvents string `yaml:"kv_events"`
 
-	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // MAX_WAN_RTT_THRESHOLD_MS; default 1 s (a ceiling: reach follows the objective)
-	GossipKeys     []string      `yaml:"gossip_keys"`     // SKYWALKER_GOSSIP_KEY (comma-separated: primary first)
-	InsecureGossip bool          `yaml:"insecure_gossip"` // SKYWALKER_INSECURE_GOSSIP: development only
+	MaxWANRTT      time.Duration `yaml:"max_wan_rtt"`     // a ceiling on a forward's RTT (reach follows the objective)
+	GossipKeys     []string      `yaml:"gossip_keys"`     // the mesh's keys, primary first
+	InsecureGossip bool          `yaml:"insecure_gossip"` // an unencrypted mesh: development only
 	// TLS for the hop between regions: with a certificate and key (PEM
-	// files, as a Kubernetes TLS Secret mounts them: SKYWALKER_TLS_CERT,
-	// SKYWALKER_TLS_KEY) the proxy serves peers on a TLS listener of its
-	// own, PeerListen (SKYWALKER_PEER_LISTEN; default the client port +
-	// 443, 9443 for :9000), advertises it, and refuses forwarded requests
-	// on the plain client port; it verifies peers against TLSCA
-	// (SKYWALKER_TLS_CA; default the system's roots). Required when
+	// files, as a Kubernetes TLS Secret mounts them) the proxy serves
+	// peers on a TLS listener of its own, PeerListen, advertises it, and
+	// refuses forwarded requests on the plain client port; it verifies
+	// peers against TLSCA (else the system's roots). Required when
 	// peering, since forwarded requests carry prompts between regions,
-	// unless InsecureForwarding (SKYWALKER_INSECURE_FORWARDING, development
-	// only; implied by insecure_gossip).
+	// unless InsecureForwarding (development only; implied by
+	// InsecureGossip).
 	PeerListen         string `yaml:"peer_listen"`
 	TLSCert            string `yaml:"tls_cert"`
 	TLSKey             string `yaml:"tls_key"`
 	TLSCA              string `yaml:"tls_ca"`
 	InsecureForwarding bool   `yaml:"insecure_forwarding"`
-	ClusterLabel       string `yaml:"cluster_label"` // SKYWALKER_CLUSTER_LABEL; default "skywalker"
-	MeshPreset         string `yaml:"mesh_preset"`   // SKYWALKER_MESH_PRESET: wan (default), lan, local
+	ClusterLabel       string `yaml:"cluster_label"` // the mesh's name: members of another are refused
+	MeshPreset         string `yaml:"mesh_preset"`   // the mesh's timing: wan, lan, local
 	// GossipBudget bounds this proxy's gossip of load summaries and digest
-	// changes, bytes per second (SKYWALKER_GOSSIP_BUDGET); default 50,000,
-	// negative is unlimited.
+	// changes, bytes per second; negative is unlimited.
 	GossipBudget int `yaml:"gossip_budget"`
 
-	Policy       string        `yaml:"policy"`         // SKYWALKER_POLICY; default skywalker
-	Profile      string        `yaml:"profile"`        // SKYWALKER_PROFILE: the replicas' engine profile, for prefill estimates
-	MaxInFlight  int           `yaml:"max_in_flight"`  // SKYWALKER_MAX_IN_FLIGHT per replica; default 256
-	MaxQueue     int           `yaml:"max_queue"`      // SKYWALKER_MAX_QUEUE; default 4096
-	MaxWait      time.Duration `yaml:"max_wait"`       // SKYWALKER_MAX_WAIT; default 30 s
-	MaxBodyBytes int           `yaml:"max_body_bytes"` // SKYWALKER_MAX_BODY_BYTES; default 16 MiB
-	// A request body must keep arriving: by BodyTimeout plus one second per
-	// MinBodyRate bytes received, or it is answered 408 and its buffer and
-	// goroutine freed (SKYWALKER_BODY_TIMEOUT, default 10 s;
-	// SKYWALKER_MIN_BODY_RATE bytes/s, default 32 KiB).
+	Policy       string        `yaml:"policy"`         // the routing policy
+	Profile      string        `yaml:"profile"`        // the replicas' engine profile, for prefill estimates
+	MaxInFlight  int           `yaml:"max_in_flight"`  // requests in flight per replica
+	MaxQueue     int           `yaml:"max_queue"`      // requests held by the balancer
+	MaxWait      time.Duration `yaml:"max_wait"`       // the longest a request is held
+	MaxBodyBytes int           `yaml:"max_body_bytes"` // a request body's size
+	// A request body must keep arriving: by BodyTimeout plus one second
+	// per MinBodyRate bytes received, or it is answered 408 and its buffer
+	// and goroutine freed.
 	BodyTimeout time.Duration `yaml:"body_timeout"`
 	MinBodyRate int           `yaml:"min_body_rate"`
 	// BodyBudget bounds the bytes of request bodies the proxy holds at
 	// once (received and not yet done with); a body that would go past it
 	// is refused 429 + Retry-After, before it is read if its length is
-	// declared (SKYWALKER_BODY_BUDGET; default 512 MiB).
+	// declared.
 	BodyBudget int `yaml:"body_budget"`
 	// ClientBodyBudget bounds the bytes of request bodies one client (its
 	// IP address) holds at once, so that one client cannot take the whole
-	// BodyBudget (SKYWALKER_CLIENT_BODY_BUDGET; default 128 MiB).
+	// BodyBudget.
 	ClientBodyBudget int `yaml:"client_body_budget"`
 	// PriorityMin and PriorityMax bound the body's vLLM "priority" (lower
 	// runs first at an engine with priority scheduling); a value outside
-	// is a 400 (SKYWALKER_PRIORITY_MIN / SKYWALKER_PRIORITY_MAX; default 0
-	// and 0: clients may not reorder the engines' queues).
+	// is a 400. Both zero: clients may not reorder the engines' queues.
 	PriorityMin int `yaml:"priority_min"`
 	PriorityMax int `yaml:"priority_max"`
 	// PriorityClassMax is the most urgent class a client may ask for
 	// (X-SkyWalker-Priority or metadata.priority); a request above it is a
-	// 400 (SKYWALKER_PRIORITY_CLASS_MAX; default standard: only an
-	// operator who trusts the clients, or the gateway in front that sets
-	// the header, lets them mark requests critical).
+	// 400: only an operator who trusts the clients, or the gateway in
+	// front that sets the header, lets them mark requests critical.
 	PriorityClassMax string `yaml:"priority_class_max"`
-	Retries          int    `yaml:"retries"` // SKYWALKER_RETRIES before the first byte; default 2
+	Retries          int    `yaml:"retries"` // routings again of a request that failed before its first byte
 	// FirstByteTimeout bounds an attempt's wait for its first byte; past
-	// it the target is counted failed (ejected by the passive rule) and
-	// the request retried elsewhere (SKYWALKER_FIRST_BYTE_TIMEOUT; default
-	// 0: learned per replica from its first tokens,
-	// region.Attempt.FirstTokenTimeout, plus 100 ms per output token for
-	// a response that is not streamed). StallTimeout
-	// ends a stream that sent nothing for that long
-	// (SKYWALKER_STALL_TIMEOUT; default 30 s).
+	// it the target is counted failed and the request retried elsewhere.
+	// Zero: learned per replica from its first tokens
+	// (region.Attempt.FirstTokenTimeout), plus 100 ms per output token for
+	// a response that is not streamed. StallTimeout ends a stream that
+	// sent nothing for that long.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
-	// ForwardAuthorization passes the client's Authorization header on to
-	// the peer region a request is forwarded to; by default it is stripped
-	// (SKYWALKER_FORWARD_AUTHORIZATION).
+	// ForwardAuthorization passes the client's credentials on to the peer
+	// region a request is forwarded to; otherwise they are stripped
+	// (CredentialHeaders).
 	ForwardAuthorization bool `yaml:"forward_authorization"`
 	// MidStreamFailover continues a chat stream that breaks midway on
 	// another replica or region, the text so far sent as a partial
 	// assistant turn for the engine to continue (vLLM's and SGLang's
-	// continue_final_message); the client sees one stream
-	// (SKYWALKER_MIDSTREAM_FAILOVER; default false).
+	// continue_final_message); the client sees one stream.
 	MidStreamFailover bool          `yaml:"midstream_failover"`
 	StallTimeout      time.Duration `yaml:"stall_timeout"`
 	// A response is read from the upstream ahead of a slow client, up to
 	// ResponseBuffer bytes (all responses together up to
 	// ResponseBufferBudget), so the engine's slot frees when the engine is
 	// done, not when the client has read; a client that takes no byte
-	// for WriteTimeout is cut (SKYWALKER_RESPONSE_BUFFER, default 4 MiB;
-	// SKYWALKER_RESPONSE_BUFFER_BUDGET, default 128 MiB;
-	// SKYWALKER_WRITE_TIMEOUT, default 60 s).
+	// for WriteTimeout is cut.
 	ResponseBuffer       int           `yaml:"response_buffer"`
 	ResponseBufferBudget int           `yaml:"response_buffer_budget"`
 	WriteTimeout         time.Duration `yaml:"write_timeout"`
 
 	// Admission and fairness (see balancer.Config).
-	TTFTObjective          time.Duration `yaml:"ttft_objective"`           // SKYWALKER_TTFT_SLO: standard requests; default 10 s; 0 turns admission off
-	TTFTObjectiveCritical  time.Duration `yaml:"ttft_objective_critical"`  // SKYWALKER_TTFT_SLO_CRITICAL; default the standard objective
-	TTFTObjectiveSheddable time.Duration `yaml:"ttft_objective_sheddable"` // SKYWALKER_TTFT_SLO_SHEDDABLE; default the standard objective
-	TenantHeader           string        `yaml:"tenant_header"`            // SKYWALKER_TENANT_HEADER; default x-gateway-inference-fairness-id
-	SessionHeader          string        `yaml:"session_header"`           // SKYWALKER_SESSION_HEADER; default x-session-id
-	ResponsesStartOver     bool          `yaml:"responses_start_over"`     // SKYWALKER_RESPONSES_START_OVER; default false
-	FairQueuing            bool          `yaml:"fair_queuing"`             // SKYWALKER_FAIR_QUEUING; default true
-	TenantMaxHeld          int           `yaml:"tenant_max_held"`          // SKYWALKER_TENANT_MAX_HELD; default 0 (no limit)
+	TTFTObjective          time.Duration `yaml:"ttft_objective"`           // standard requests' TTFT objective; 0 turns admission off
+	TTFTObjectiveCritical  time.Duration `yaml:"ttft_objective_critical"`  // critical requests'
+	TTFTObjectiveSheddable time.Duration `yaml:"ttft_objective_sheddable"` // sheddable requests'
+	TenantHeader           string        `yaml:"tenant_header"`            // the header a trusted gateway names tenants in
+	SessionHeader          string        `yaml:"session_header"`           // the header a client names its session in (soft affinity)
+	ResponsesStartOver     bool          `yaml:"responses_start_over"`     // a chain whose home is gone starts over, when its input resends the conversation
+	FairQueuing            bool          `yaml:"fair_queuing"`             // held requests served fairly across tenants
+	TenantMaxHeld          int           `yaml:"tenant_max_held"`          // held requests per tenant; 0: no limit
 
 	// ReplicaCacheTokens is the KV cache, in tokens, a replica is believed
 	// to hold until its engine reports one (vllm:cache_config_info) and as
-	// cache-truth feedback corrects it (SKYWALKER_REPLICA_CACHE_TOKENS;
-	// default 32,000). BytesPerToken converts prompt bytes to tokens
-	// (SKYWALKER_BYTES_PER_TOKEN; default 4, English text under Llama-3).
+	// cache-truth feedback corrects it. BytesPerToken converts prompt
+	// bytes to tokens.
 	ReplicaCacheTokens int `yaml:"replica_cache_tokens"`
 	BytesPerToken      int `yaml:"bytes_per_token"`
 
-	// EmulateWAN adds delay on this proxy's links to the named peer regions
-	// (SKYWALKER_EMULATE_WAN "eu-west=72ms,ap-east=160ms", --emulate-wan):
-	// half the RTT each way on gossip packets, one RTT to open a gossip
-	// stream, half each way on forwards — the in-process link emulation
-	// of the demo and tests, so several regions on one host need no root
-	// and no netem. Development only.
+	// EmulateWAN adds delay on this proxy's links to the named peer
+	// regions: half the RTT each way on gossip packets, one RTT to open a
+	// gossip stream, half each way on forwards — the in-process link
+	// emulation of the demo and tests, so several regions on one host need
+	// no root and no netem. Development only.
 	EmulateWAN map[string]time.Duration `yaml:"emulate_wan"`
 
 	// ModelAliases maps names clients may ask for to the names the engines
-	// serve (SKYWALKER_MODEL_ALIASES "public=meta-llama/Llama-3.1-8B,...",
-	// as vLLM's --served-model-name): the proxy rewrites the body's model
-	// and lists the aliases in /v1/models.
+	// serve (as vLLM's --served-model-name): the proxy rewrites the body's
+	// model and lists the aliases in /v1/models.
 	ModelAliases map[string]string `yaml:"model_aliases"`
 
-	ScrapeInterval  time.Duration `yaml:"scrape_interval"`  // default 100 ms
-	ResolveInterval time.Duration `yaml:"resolve_interval"` // DNS pools; default 10 s
-	EjectAfter      int           `yaml:"eject_after"`      // consecutive failures; default 3
-	DrainTimeout    time.Duration `yaml:"drain_timeout"`    // SKYWALKER_DRAIN_TIMEOUT: graceful shutdown; default 30 s
-	IdleTimeout     time.Duration `yaml:"idle_timeout"`     // SKYWALKER_IDLE_TIMEOUT: idle keep-alive connections; default 60 s
+	ScrapeInterval  time.Duration `yaml:"scrape_interval"`  // how often each replica's /metrics is read
+	ResolveInterval time.Duration `yaml:"resolve_interval"` // how often a DNS-named pool is resolved again
+	EjectAfter      int           `yaml:"eject_after"`      // consecutive failures that eject a replica
+	DrainTimeout    time.Duration `yaml:"drain_timeout"`    // graceful shutdown's bound
+	IdleTimeout     time.Duration `yaml:"idle_timeout"`     // idle keep-alive connections' bound
 }
 
 // Peering reports whether the proxy joins a mesh: it has peers to join

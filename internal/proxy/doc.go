@@ -5,8 +5,8 @@
 // the request, streams it to a local replica, or forwards it once to the
 // chosen region's proxy. A request's life — each attempt's first byte,
 // cached tokens and end, the retry — goes through the core's
-// region.Attempt; this package keeps only HTTP, the lock and the waiting
-// handlers.
+// region.Attempt, and the core decides what every answer means; this
+// package keeps only HTTP, the lock and the waiting handlers.
 //
 // Files by responsibility: settings.go (every setting described once:
 // YAML key, environment variable, flag, default, rule, help), config.go
@@ -14,8 +14,13 @@
 // server.go (listeners, endpoints' wiring, drain), handler.go (parsing and
 // accounting each client request), router.go (the lock around the region
 // core: where a request is routed, and its attempts ended), relay.go (the
-// ReverseProxy: each attempt sent, retried before the first byte),
-// watch.go (the body that reaches the client, to its end), failover.go
+// handler's attempt loop: each attempt sent, its answer judged by the
+// core, retried before the first byte; ReverseProxy as the copier),
+// watch.go (the body that reaches the client, to its end), readahead.go
+// (a slow reader does not slow the engine), upload.go (a slow uploader is
+// cut off, bodies share a memory budget), responses.go (the Responses
+// API: chains sent home, stored responses read and cancelled),
+// kvevents.go (each replica's KV events followed), failover.go
 // (mid-stream failover), forward.go (the authenticated one-hop marker),
 // tls.go (peer TLS), pool.go (replicas: scraping, health checks, models),
 // scrape.go (vLLM/SGLang metrics, data-parallel engines combined),

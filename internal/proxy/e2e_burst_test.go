@@ -145,7 +145,10 @@ func TestKillingAReplicaLosesNoRequestThatHadNotStarted(t *testing.T) {
 	us := c.Region("us-east")
 	done := make(chan []result)
 	go func() { done <- burst(t, us.URL, 24, 20) }()
-	time.Sleep(300 * time.Millisecond)
+	nodetest.Eventually(t, 30*time.Second, "the burst runs on the replica about to be killed", func() (bool, string) {
+		n := runningAt(t, us.Engines[0].URL)
+		return n >= 1, fmt.Sprintf("%v running", n)
+	})
 	us.Engines[0].Kill()
 	for _, r := range <-done {
 		complete := strings.HasSuffix(strings.TrimSpace(r.body), "data: [DONE]")

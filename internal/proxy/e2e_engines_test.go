@@ -162,6 +162,12 @@ func abortedAt(t *testing.T, engineURL string) float64 {
 	return 0
 }
 
+// runningAt is how many requests the engine at engineURL runs now.
+func runningAt(t *testing.T, engineURL string) float64 {
+	t.Helper()
+	return seriesSum(t, engineURL, "vllm:num_requests_running")
+}
+
 // streamUntil sends a streaming request and reads until the body holds
 // stop (or ends), then closes the connection at once.
 func streamUntil(t *testing.T, base, body, stop string, header map[string]string) string {
@@ -228,7 +234,10 @@ func TestOutcomesTellTheTruth(t *testing.T) {
 	failedBefore := requestsTotal(t, us.AdminURL, "failed_midstream")
 	done := make(chan string)
 	go func() { done <- streamUntil(t, us.URL, long, "data: [DONE]", nil) }()
-	time.Sleep(800 * time.Millisecond)
+	nodetest.Eventually(t, 30*time.Second, "the long stream runs on the replica about to be killed", func() (bool, string) {
+		n := runningAt(t, us.Engines[0].URL)
+		return n >= 1, fmt.Sprintf("%v running", n)
+	})
 	us.Engines[0].Kill()
 	if body := <-done; !strings.Contains(body, `"upstream_error"`) && !strings.Contains(body, "[DONE]") {
 		t.Errorf("a stream the engine broke ended without an error event: %.300s", body)

@@ -63,22 +63,32 @@ type debugReplica struct {
 
 func debugReplicas(t *testing.T, n *node.Node) map[string]debugReplica {
 	t.Helper()
-	resp, err := http.Get(n.AdminURL + "/debug/skywalker")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var page struct {
-		Replicas []debugReplica `json:"replicas"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
-		t.Fatal(err)
-	}
+	page := debugPage(t, n)
 	out := map[string]debugReplica{}
 	for _, r := range page.Replicas {
 		out[r.Name] = r
 	}
 	return out
+}
+
+// debugPage is n's /debug/skywalker, the parts these tests read.
+type debugPageView struct {
+	SharingDispatches bool           `json:"sharing_dispatches"`
+	Replicas          []debugReplica `json:"replicas"`
+}
+
+func debugPage(t *testing.T, n *node.Node) debugPageView {
+	t.Helper()
+	resp, err := http.Get(n.AdminURL + "/debug/skywalker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var page debugPageView
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		t.Fatal(err)
+	}
+	return page
 }
 
 // conversation is request i of a client under one of three long system
@@ -112,44 +122,40 @@ func TestKVEventsFromTheEnginesDriveTheIndex(t *testing.T) {
 		engine   func(*server.Config)
 		template bool // kv_events names the endpoints instead of discover
 		requests int
-		check    func(t *testing.T, p *node.Node, r debugReplica)
+		// check says whether the replica is where the case leaves it, and
+		// what it saw else: waited for, as the last batches arrive.
+		check func(t *testing.T, p *node.Node, r debugReplica) (bool, string)
 	}{
 		{name: "dropped batches are replayed", requests: 12,
 			engine: func(c *server.Config) { c.Faults.KVDropEvery = 2 },
-			check: func(t *testing.T, p *node.Node, r debugReplica) {
+			check: func(t *testing.T, p *node.Node, r debugReplica) (bool, string) {
 				// Every request stores blocks; half the batches are dropped, and
 				// all but a last one (no later batch shows its gap) replayed.
-				if lost, replayed := kvStream(t, p, "lost"), kvStream(t, p, "batch"); lost != 0 || replayed < 11 {
-					t.Errorf("%v batches applied of 12 requests', %v losses; want every batch, the dropped ones replayed", replayed, lost)
-				}
+				lost, replayed := kvStream(t, p, "lost"), kvStream(t, p, "batch")
+				return lost == 0 && replayed >= 11, fmt.Sprintf("%v batches applied of 12 requests', %v losses; want every batch, the dropped ones replayed", replayed, lost)
 			}},
 		{name: "the older array shape at a configured endpoint", requests: 6, template: true,
 			engine: func(c *server.Config) { c.KVEventsShape = kvevents.ArrayShape },
-			check: func(t *testing.T, p *node.Node, r debugReplica) {
-				if lost, n := kvStream(t, p, "lost"), kvStream(t, p, "batch"); lost != 0 || n < 3 {
-					t.Errorf("%v batches applied, %v losses", n, lost)
-				}
+			check: func(t *testing.T, p *node.Node, r debugReplica) (bool, string) {
+				lost, n := kvStream(t, p, "lost"), kvStream(t, p, "batch")
+				return lost == 0 && n >= 3, fmt.Sprintf("%v batches applied, %v losses", n, lost)
 			}},
 		{name: "batches lost for good fall back to belief", requests: 8,
 			engine: func(c *server.Config) { c.Faults.KVForgetEvery = 3 },
-			check: func(t *testing.T, p *node.Node, r debugReplica) {
-				if lost := kvStream(t, p, "lost"); lost < 1 || !strings.HasPrefix(r.CacheSource, "lost") {
-					t.Errorf("%v losses, source %q; want the replica's index on belief (lost)", lost, r.CacheSource)
-				}
+			check: func(t *testing.T, p *node.Node, r debugReplica) (bool, string) {
+				lost := kvStream(t, p, "lost")
+				return lost >= 1 && strings.HasPrefix(r.CacheSource, "lost"), fmt.Sprintf("%v losses, source %q; want the replica's index on belief (lost)", lost, r.CacheSource)
 			}},
 		{name: "an engine that starts over is emptied", requests: 8,
 			engine: func(c *server.Config) { c.Faults.KVRestartAfter = 4 },
-			check: func(t *testing.T, p *node.Node, r debugReplica) {
-				if restarts, lost := kvStream(t, p, "restart"), kvStream(t, p, "lost"); restarts != 1 || lost != 0 {
-					t.Errorf("%v restarts, %v losses; want the one restart heard, nothing lost", restarts, lost)
-				}
+			check: func(t *testing.T, p *node.Node, r debugReplica) (bool, string) {
+				restarts, lost := kvStream(t, p, "restart"), kvStream(t, p, "lost")
+				return restarts == 1 && lost == 0, fmt.Sprintf("%v restarts, %v losses; want the one restart heard, nothing lost", restarts, lost)
 			}},
 		{name: "evicted blocks leave the index", requests: 14,
 			engine: func(c *server.Config) { c.Engine.KVBlocks = 160 }, // 2,560 tokens: 20 of the router's blocks
-			check: func(t *testing.T, p *node.Node, r debugReplica) {
-				if r.IndexedBlocks > 24 {
-					t.Errorf("%d blocks indexed for an engine that holds 20: evictions did not reach the index", r.IndexedBlocks)
-				}
+			check: func(t *testing.T, p *node.Node, r debugReplica) (bool, string) {
+				return r.IndexedBlocks <= 24, fmt.Sprintf("%d blocks indexed for an engine that holds 20: evictions did not reach the index", r.IndexedBlocks)
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,8 +190,9 @@ func TestKVEventsFromTheEnginesDriveTheIndex(t *testing.T) {
 				r := debugReplicas(t, p)[host]
 				return r.CacheSource != "belief" && kvStream(t, p, "batch") > 0, fmt.Sprintf("replica %+v, %v batches", r, kvStream(t, p, "batch"))
 			})
-			time.Sleep(300 * time.Millisecond) // the last batches
-			tc.check(t, p, debugReplicas(t, p)[host])
+			nodetest.Eventually(t, 10*time.Second, "the last batches are applied: "+tc.name, func() (bool, string) {
+				return tc.check(t, p, debugReplicas(t, p)[host])
+			})
 		})
 	}
 }
@@ -221,7 +228,11 @@ func TestTwoProxiesOfARegionHoldTheSameIndex(t *testing.T) {
 	nodetest.Eventually(t, nodetest.Converge, "the two proxies meet as one region", func() (bool, string) {
 		return a.Mesh.Siblings() == 1 && b.Mesh.Siblings() == 1, fmt.Sprintf("a knows %v, b knows %v", a.Mesh.Members(), b.Mesh.Members())
 	})
-	time.Sleep(200 * time.Millisecond) // a pump round: both tell what they dispatch
+	for _, p := range []*node.Node{a, b} {
+		nodetest.Eventually(t, nodetest.Converge, p.Mesh.Name()+" tells its sibling what it dispatches", func() (bool, string) {
+			return debugPage(t, p).SharingDispatches, "not sharing yet"
+		})
+	}
 
 	for i := range 8 {
 		first, then := a, b
@@ -237,8 +248,12 @@ func TestTwoProxiesOfARegionHoldTheSameIndex(t *testing.T) {
 			}
 			return r
 		}
+		before := debugReplicas(t, then)
 		opened := ask(first, "first turn")
-		time.Sleep(150 * time.Millisecond) // what first dispatched reaches then
+		nodetest.Eventually(t, nodetest.Converge, "what "+first.Mesh.Name()+" dispatched reaches "+then.Mesh.Name(), func() (bool, string) {
+			was, now := before[opened.replica].IndexedBlocks, debugReplicas(t, then)[opened.replica].IndexedBlocks
+			return now > was, fmt.Sprintf("%s indexes %d blocks at %s, as before the first turn", then.Mesh.Name(), now, opened.replica)
+		})
 		next := ask(then, "second turn")
 		if next.replica != opened.replica || next.reason != "local-prefix" || strings.Contains(next.body, `"cached_tokens":0}`) {
 			t.Errorf("client %d began on %s through %s and went on to %s through %s for %q (usage %s): not routed to where its cache is",

@@ -170,7 +170,7 @@ func (x *exchange) continueElsewhere(events *alignedEvents) error {
 	o := x.target
 	x.target = routed{}
 	x.endContext()
-	next, n, err := x.s.router.Continue(x.out.Context(), o.Attempt)
+	next, n, err := x.s.router.Continue(x.ctx, o.Attempt)
 	if err == nil && n.Err != nil {
 		err = n.Err
 	}

@@ -232,12 +232,12 @@ func (p *sizedPool) put(b *[]byte) {
 	}
 }
 
-// serve relays one parsed request through the ReverseProxy and accounts
-// for how it ended. chain is a Responses chain's other bodies, if any.
+// serve routes one parsed request, runs its attempts, relays the answer
+// and accounts for how it ended. chain is a Responses chain's other bodies, if any.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body []byte, chain chainBodies) {
 	ctx, abandon := context.WithCancelCause(r.Context())
 	defer abandon(nil)
-	x := &exchange{s: s, kind: kind, req: req, body: body, chain: chain, ctx: ctx, abandon: abandon}
+	x := &exchange{s: s, kind: kind, req: req, body: body, chain: chain, ctx: ctx, abandon: abandon, outbound: outboundRequest(ctx, r)}
 	dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
 	defer func() {
 		dw.done()
@@ -246,7 +246,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind
 		}
 		s.account(x)
 	}()
-	s.relay.ServeHTTP(dw, r.WithContext(context.WithValue(ctx, exchangeKey{}, x)))
+	o, err := s.router.Route(ctx, req)
+	x.relay(dw, r, o, err)
 }
 
 // account records how an exchange ended, once: ok (delivered in full,
@@ -263,7 +264,7 @@ func (s *Server) account(x *exchange) {
 	}
 	req := x.req
 	served := x.servedBy
-	if x.startedOver && x.complete {
+	if x.req.StartedOver && x.complete {
 		s.metrics.chainsStartedOver.Inc()
 	}
 	switch {
@@ -390,15 +391,18 @@ func (s *Server) debug(w http.ResponseWriter, _ *http.Request) {
 		Replicas int     `json:"replicas"`
 	}
 	out := struct {
-		Region    string        `json:"region"`
-		Node      string        `json:"node"`
-		Policy    string        `json:"policy"`
-		Replicas  []replicaView `json:"replicas"`
-		Peers     []peerView    `json:"peers"`
-		Queue     any           `json:"queue"`
-		Hold      holdSummary   `json:"hold"`
-		Decisions []Decision    `json:"recent_decisions"`
-	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: snap.policy, Queue: snap.Held, Hold: summarizeHold(snap.recent), Decisions: snap.recent}
+		Region string `json:"region"`
+		Node   string `json:"node"`
+		Policy string `json:"policy"`
+		// SharingDispatches: this proxy tells the other proxies of its
+		// region what it dispatches (it has siblings in the mesh).
+		SharingDispatches bool          `json:"sharing_dispatches"`
+		Replicas          []replicaView `json:"replicas"`
+		Peers             []peerView    `json:"peers"`
+		Queue             any           `json:"queue"`
+		Hold              holdSummary   `json:"hold"`
+		Decisions         []Decision    `json:"recent_decisions"`
+	}{Region: s.cfg.Region, Node: s.cfg.NodeID, Policy: snap.policy, SharingDispatches: snap.sharing, Queue: snap.Held, Hold: summarizeHold(snap.recent), Decisions: snap.recent}
 	for _, h := range snap.Replicas {
 		m, url := h.Metrics, ""
 		for _, rp := range snap.replicas {

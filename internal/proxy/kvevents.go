@@ -222,19 +222,13 @@ func (k kvSink) Lost(rank int, why string) {
 // engineEvents applies a batch of a replica's KV events in every pool it
 // serves.
 func (r *Router) engineEvents(host string, rank int, events []kvevents.Event) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.core.EngineEvents(r.now(), host, rank, events)
+	r.do(func(n *region.Node) { n.EngineEvents(r.now(), host, rank, events) })
 }
 
 func (r *Router) engineRestarted(host string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.core.EngineStreamChanged(host, region.StreamRestarted)
+	r.do(func(n *region.Node) { n.EngineStreamChanged(host, region.StreamRestarted) })
 }
 
 func (r *Router) engineLost(host string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.core.EngineStreamChanged(host, region.StreamLost)
+	r.do(func(n *region.Node) { n.EngineStreamChanged(host, region.StreamLost) })
 }

@@ -345,10 +345,10 @@ type remoteModel struct {
 // remoteModels lists the models healthy peer regions serve (as their
 // load summaries list them), sorted.
 func (r *Router) remoteModels() []remoteModel {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	var peers []region.Peer
+	r.do(func(n *region.Node) { peers = slices.Clone(n.Peers()) })
 	by := map[string][]string{}
-	for _, p := range r.core.Peers() {
+	for _, p := range peers {
 		if !p.Healthy {
 			continue
 		}
@@ -373,18 +373,21 @@ func (r *Router) remoteModels() []remoteModel {
 // yet, if there are any, else it is refused: 404 with the models that are
 // served, or 400 when the model is missing and several are served.
 func (r *Router) resolve(model string) (base, adapter string, err *apierr.Error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.core.Resolve(model, func(adapter string) string {
-		for _, rp := range r.replicas {
-			if cards := rp.models.Load(); cards != nil {
-				for _, c := range *cards {
-					if c.ID == adapter && c.Parent != "" {
-						return c.Parent
-					}
+	r.do(func(n *region.Node) { base, adapter, err = n.Resolve(model, r.adapterParent) })
+	return base, adapter, err
+}
+
+// adapterParent is the base model whose replicas list adapter among their
+// models, or "". Called with the router's lock held.
+func (r *Router) adapterParent(adapter string) string {
+	for _, rp := range r.replicas {
+		if cards := rp.models.Load(); cards != nil {
+			for _, c := range *cards {
+				if c.ID == adapter && c.Parent != "" {
+					return c.Parent
 				}
 			}
 		}
-		return ""
-	})
+	}
+	return ""
 }

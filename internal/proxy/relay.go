@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"bytes"
+	"net/textproto"
+
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/net/http/httpguts"
 	"io"
-	"log"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -16,21 +18,19 @@ import (
 	"time"
 
 	"skywalker/internal/apierr"
-	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 )
 
-// The relay is the standard library's httputil.ReverseProxy with SkyWalker's
-// hooks: Rewrite prepares the outbound request, a retrying Transport routes
-// it (balancer, replica or peer) and sends it again elsewhere while nothing
-// has reached the client, ModifyResponse labels the response and watches
-// its body, ErrorHandler answers what could not be served with an
-// OpenAI-style error, and FlushInterval -1 flushes every SSE chunk at once.
-// ReverseProxy drops hop-by-hop headers, including those named in
-// Connection, both ways. This file is the attempt loop (route, send, retry
-// before the first byte); watch.go watches the body that reaches the
-// client.
+// The relay: the handler owns a request's attempt loop — route, send,
+// hear the answer, and while nothing has reached the client end the
+// attempt as the core says (region.Attempt.Answered, End) and take the
+// next one it routes — as Caddy's reverse proxy does; the standard
+// library's httputil.ReverseProxy is only the copier of the answer that
+// won (copyResponse): it drops hop-by-hop headers, including those named
+// in Connection, and flushes every SSE chunk at once (FlushInterval -1).
+// An answer that could not be served is the client's error in OpenAI's
+// shape. watch.go watches the body that reaches the client.
 
 // exchange is one client request on its way through the relay.
 type exchange struct {
@@ -38,15 +38,17 @@ type exchange struct {
 	kind request.Kind
 	req  *request.Request
 	body []byte
-	// chain is a Responses chain's bodies beside the client's; startedOver:
-	// its home was gone and it was sent as a new chain (chain.fresh).
-	chain       chainBodies
-	startedOver bool
+	// chain is a Responses chain's bodies beside the client's (the core
+	// marks a chain sent as a new one: request.Request.StartedOver).
+	chain chainBodies
 	// ctx is the client's request's context, ended also when the proxy
 	// gives up on the client (abandon): every attempt's context derives
 	// from it.
 	ctx     context.Context
 	abandon context.CancelCauseFunc
+	// outbound is the client's request as every attempt sends it
+	// (hop-by-hop headers dropped); each attempt clones it.
+	outbound *http.Request
 
 	target routed
 	start  time.Time // when the current attempt was sent
@@ -59,7 +61,6 @@ type exchange struct {
 	rejected  *apierr.Error // answered with this error before any byte
 	counter   relayCounter
 	pending   []*bodyReader // request bodies handed to the transport
-	out       *http.Request // the outbound request ReverseProxy made; each attempt clones it
 	// The attempt that reached the client: cancelling its context ends
 	// the upstream exchange; stall fires when no chunk came for
 	// StallTimeout.
@@ -115,12 +116,18 @@ type firstByteTimer struct {
 // watchFirstByte starts the timer of attempt o, sent now: it cancels the
 // attempt with errNoFirstByte once its timeout has passed, reading the
 // timeout again every firstByteRecheck.
-func (x *exchange) watchFirstByte(o routed, cancel context.CancelCauseFunc) *firstByteTimer {
+func (x *exchange) watchFirstByte(o routed) *firstByteTimer {
 	ft := &firstByteTimer{}
 	sent := time.Now()
+	cancel := o.cancel
+	learned := o.timeout // as the attempt was delivered; read again while it waits
 	var check func()
 	check = func() {
-		limit := x.firstByteTimeout(x.s.router.firstTokenTimeout(o.Attempt))
+		if learned == 0 {
+			learned = x.s.router.firstTokenTimeout(o.Attempt)
+		}
+		limit := x.firstByteTimeout(learned)
+		learned = 0
 		ft.mu.Lock()
 		defer ft.mu.Unlock()
 		if ft.stopped {
@@ -162,64 +169,63 @@ func (x *exchange) noFirstByte(o routed, timeout time.Duration) error {
 	return fmt.Errorf("no first byte within %v (%s)", timeout.Round(time.Millisecond), how)
 }
 
-type exchangeKey struct{}
-
-func exchangeOf(ctx context.Context) *exchange {
-	x, _ := ctx.Value(exchangeKey{}).(*exchange)
-	return x
-}
-
-// newRelay builds the proxy's ReverseProxy over the upstream transport.
-func newRelay(s *Server, upstream http.RoundTripper) *httputil.ReverseProxy {
-	return &httputil.ReverseProxy{
-		Rewrite: func(pr *httputil.ProxyRequest) {
-			// The transport sets the target, the body and the marker per
-			// attempt; a client may not set the marker for us.
-			pr.Out.Header.Del(ForwardHeader)
-			pr.Out.Body, pr.Out.ContentLength = nil, 0
-		},
-		Transport:      &retryingTransport{upstream: upstream},
-		ModifyResponse: modifyResponse,
-		ErrorHandler:   s.relayError,
-		FlushInterval:  -1,
-		BufferPool:     relayBuffers{},
-		ErrorLog:       log.New(slogWriter{s.log}, "", 0),
-	}
-}
-
-// retryingTransport routes each attempt and retries before the first byte:
-// a refused connection, a reset or a 5xx from a replica or peer counts
-// against it and the request is routed again (a failed forward is then
-// served locally), at most Retries times.
-type retryingTransport struct {
-	upstream http.RoundTripper
-}
-
-func (t *retryingTransport) RoundTrip(out *http.Request) (*http.Response, error) {
-	x := exchangeOf(out.Context())
-	if x == nil {
-		return nil, errors.New("relay: request without an exchange")
-	}
-	x.out = out
-	o, err := x.s.router.Route(out.Context(), x.req)
+// relay runs the request's attempts (o, err: its routing) and copies the
+// answer that won to w, or answers the client's error.
+func (x *exchange) relay(w http.ResponseWriter, r *http.Request, o routed, err error) {
 	resp, err := x.attempt(x.body, o, err)
 	if err != nil {
-		return nil, err
+		x.s.relayError(w, r, x, err)
+		return
 	}
 	if x.kind == request.Responses && x.target.replica != nil {
 		resp = x.fromReplica(resp, x.target.replica.name())
 	}
 	x.watch(resp)
-	return resp, nil
+	x.s.copyResponse(w, r.WithContext(x.ctx), resp, x.label)
 }
 
+// outboundRequest is r as the proxy sends it upstream, under ctx: its
+// headers less the hop-by-hop ones (RFC 9110 §7.6.1, and those named in
+// Connection) and the forwarding marker, which a client may not set; no
+// body (each attempt sets its own).
+func outboundRequest(ctx context.Context, r *http.Request) *http.Request {
+	out := r.Clone(ctx)
+	out.RequestURI, out.Close = "", false
+	out.Body, out.ContentLength, out.GetBody = nil, 0, nil
+	h := out.Header
+	for _, f := range h["Connection"] {
+		for name := range strings.SplitSeq(f, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	keepTE := httpguts.HeaderValuesContainsToken(h["Te"], "trailers")
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	if keepTE {
+		h.Set("Te", "trailers")
+	}
+	h.Del(ForwardHeader)
+	if _, ok := h["User-Agent"]; !ok {
+		h.Set("User-Agent", "") // not Go's default: the client sent none
+	}
+	return out
+}
+
+// hopHeaders are the hop-by-hop headers a proxy drops.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+	"Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
 // attempt sends body to the routed target o (err: routing failed) and,
-// while it fails before its first byte, ends it as failed and takes the
-// next attempt the core routes (region.Attempt.End applies the retry
-// bound, and serves a failed forward here), until one answers with its
-// first byte; the response returned is the current attempt (x.target).
+// while it fails before its first byte, ends it as the core says and
+// takes the next attempt the core routes (region.Attempt.Answered and End
+// apply the retry bound, and serve a failed forward here), until one
+// answers with its first byte; the response returned is the current
+// attempt's (x.target).
 func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, error) {
-	ctx := x.out.Context()
+	ctx := x.ctx
 	for {
 		if err != nil {
 			return nil, err // a rejection (*apierr.Error) or the client left
@@ -229,51 +235,45 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		if o.replica != nil && x.req.PromptTokens > 0 {
 			x.s.metrics.match.Observe(float64(x.req.CachedTokens(o.PrefixBlocks)) / float64(x.req.PromptTokens))
 		}
-		// Each attempt has its own context: cancelled if no first byte
-		// comes in time (the target hung), or later if the stream stalls.
-		// And when the drain deadline is near (see Server.Serve).
-		actx, cancel := context.WithCancelCause(ctx)
-		stopExpire := context.AfterFunc(x.s.expiring, func() { cancel(errDrained) })
-		timer := x.watchFirstByte(o, cancel)
-		answered := func() {}
-		if o.replica != nil {
-			answered = x.s.router.awaitingFirstByte(o.Replica, cancel)
-		}
-		resp, sendErr := x.send(actx, o, x.bodyFor(o, body))
-		if sendErr == nil && resp.StatusCode == http.StatusNotFound && x.mayStartOverAt(o) {
-			// The home engine no longer holds the previous response (it
-			// restarted): the chain starts over there.
-			drain(resp)
-			x.startedOver = true
-			resp, sendErr = x.send(actx, o, x.chain.fresh)
-		}
-		if sendErr == nil && acceptable(o, resp) {
-			// Nothing reaches the client before the upstream's first body
-			// byte (a Responses stream's first token): until then a failure
-			// is retried elsewhere.
-			if x.kind == request.Responses && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-				sendErr = awaitFirstToken(resp)
-			} else {
-				sendErr = awaitFirstByte(resp)
+		// The attempt's own context (o.ctx) is cancelled if no first byte
+		// comes in time (the target hung), if its replica is ejected
+		// meanwhile, later if the stream stalls, and when the drain
+		// deadline is near (see Server.Serve).
+		stopExpire := context.AfterFunc(x.s.expiring, func() { o.cancel(errDrained) })
+		timer := x.watchFirstByte(o)
+		// What the answer's status means is the core's to say
+		// (region.Attempt.Answered): it goes to the client, the chain
+		// starts over at its home (the engine no longer holds the previous
+		// response), or the attempt failed and the core says what follows.
+		resp, sendErr := x.sendAndAwait(o, x.bodyFor(o, body))
+		var verdict region.Next
+		var next routed
+		var routeErr error
+		if sendErr == nil {
+			next, verdict, routeErr = x.s.router.Answered(ctx, o.Attempt, resp.StatusCode, true)
+			if verdict.StartOver && x.chain.fresh != nil {
+				drain(resp)
+				if resp, sendErr = x.sendAndAwait(o, x.chain.fresh); sendErr == nil {
+					next, verdict, routeErr = x.s.router.Answered(ctx, o.Attempt, resp.StatusCode, true)
+				}
 			}
-			answered()
+		}
+		ended := verdict.Retry || verdict.Err != nil // the core ended the attempt as failed
+		if sendErr == nil && !ended && !verdict.StartOver {
 			timer.stop()
-			if sendErr == nil && actx.Err() == nil {
-				x.attemptCtx, x.cancel, x.stopExpire = actx, cancel, stopExpire
-				return resp, nil
-			}
-			resp.Body.Close()
-			resp = nil
+			x.attemptCtx, x.cancel, x.stopExpire = o.ctx, o.cancel, stopExpire
+			return resp, nil
 		}
-		answered()
 		timeout := timer.stop()
 		if resp != nil {
 			drain(resp)
-			sendErr = errors.New("upstream answered " + resp.Status)
+			if sendErr == nil {
+				sendErr = errors.New("upstream answered " + resp.Status)
+			}
 		}
 		stopExpire()
-		cause := context.Cause(actx)
-		cancel(nil)
+		cause := context.Cause(o.ctx)
+		o.cancel(nil)
 		how := region.ReplicaFailed
 		switch {
 		case cause == errNoFirstByte:
@@ -286,7 +286,10 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 			how = region.Released // not the target's fault, and nowhere to retry
 		}
 		x.target = routed{}
-		next, n, routeErr := x.s.router.End(ctx, o.Attempt, how)
+		n := verdict
+		if !ended {
+			next, n, routeErr = x.s.router.End(ctx, o.Attempt, how)
+		}
 		switch {
 		case cause == errDrained:
 			return nil, &apierr.Error{Code: apierr.Unavailable, Message: errDrained.Error(), RetryAfter: time.Second}
@@ -300,30 +303,41 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 	}
 }
 
+// sendAndAwait sends body to o and reads its answer up to its first body
+// byte (a Responses stream's first token; or its clean end): nothing
+// reaches the client before it, so until then a failure can go
+// elsewhere. An engine that fails during prefill has streamed nothing the
+// client saw; vLLM, like most engines, sends its response headers at once
+// but its first chunk only with the first token.
+func (x *exchange) sendAndAwait(o routed, body []byte) (*http.Response, error) {
+	resp, err := x.send(o.ctx, o, body)
+	if err != nil {
+		return nil, err
+	}
+	if x.kind == request.Responses && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		err = awaitFirstToken(resp)
+	} else {
+		err = awaitFirstByte(resp)
+	}
+	if err == nil && o.ctx.Err() != nil {
+		err = context.Cause(o.ctx)
+	}
+	if err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	return resp, nil
+}
+
 // CredentialHeaders are stripped from a request forwarded to a peer
 // region unless ForwardAuthorization: every header an OpenAI-compatible
 // client or gateway carries a credential in.
 var CredentialHeaders = []string{"Authorization", "Proxy-Authorization", "Api-Key", "X-Api-Key", "Cookie",
 	"OpenAI-Organization", "OpenAI-Project"}
 
-// acceptable reports whether resp goes on to the client: a replica's answer
-// below 500 (a 4xx is the engine's word on the client's request), a
-// peer's only below 400. A peer's refusal — its model set, its limits, a
-// marker it found late, its overload — is never the client's fault (this
-// proxy has checked the request already), so the forward counts as failed
-// and the request is served here. Except a Responses chain's home region:
-// no other region can serve the chain, and its 4xx (the previous response
-// is gone, its home is overloaded) is the answer.
-func acceptable(o routed, resp *http.Response) bool {
-	if o.Peer != nil && o.Decision.Reason != policy.ReasonHome {
-		return resp.StatusCode < 400
-	}
-	return resp.StatusCode < 500
-}
-
 // send makes one attempt at the routed target with body, under ctx.
 func (x *exchange) send(ctx context.Context, o routed, body []byte) (*http.Response, error) {
-	up := x.out.Clone(ctx)
+	up := x.outbound.Clone(ctx)
 	up.Host = ""
 	var delay time.Duration
 	if o.replica != nil {
@@ -410,12 +424,9 @@ func (b *prefixedBody) Read(p []byte) (int, error) {
 	return b.ReadCloser.Read(p)
 }
 
-// modifyResponse labels the response with where it was served and why.
-func modifyResponse(resp *http.Response) error {
-	x := exchangeOf(resp.Request.Context())
-	if x == nil {
-		return nil
-	}
+// label labels the answer that reaches the client with where it was
+// served and why.
+func (x *exchange) label(resp *http.Response) error {
 	h := resp.Header
 	o := x.target
 	if o.replica != nil {
@@ -425,17 +436,40 @@ func modifyResponse(resp *http.Response) error {
 		h.Set("X-SkyWalker-Ingress-Region", x.s.cfg.Region)
 	}
 	h.Set("X-SkyWalker-Route-Reason", string(o.Decision.Reason))
-	if x.startedOver {
+	if x.req.StartedOver {
 		h.Set("X-SkyWalker-Chain", "started-over")
 	}
 	x.s.closeWhenDraining(h)
 	return nil
 }
 
+// copyResponse copies resp, which answers r, to w with the standard
+// library's ReverseProxy: the one copier of every answer the proxy
+// relays (a request's, and a stored response's). modify, if set, sees the
+// response first. resp's body is closed.
+func (s *Server) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, modify func(*http.Response) error) {
+	p := &httputil.ReverseProxy{
+		Rewrite:        func(*httputil.ProxyRequest) {},
+		Transport:      haveAnswer{resp},
+		ModifyResponse: modify,
+		FlushInterval:  -1,
+		BufferPool:     relayBuffers{},
+		ErrorLog:       s.relayLog,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			apierr.Write(w, &apierr.Error{Code: apierr.Upstream, Message: "the upstream answer could not be relayed: " + err.Error()})
+		},
+	}
+	p.ServeHTTP(w, r)
+}
+
+// haveAnswer is a transport whose round trip is the answer already had.
+type haveAnswer struct{ resp *http.Response }
+
+func (a haveAnswer) RoundTrip(*http.Request) (*http.Response, error) { return a.resp, nil }
+
 // relayError answers a request the relay could not serve. Nothing has
 // reached the client yet.
-func (s *Server) relayError(w http.ResponseWriter, r *http.Request, err error) {
-	x := exchangeOf(r.Context())
+func (s *Server) relayError(w http.ResponseWriter, r *http.Request, x *exchange, err error) {
 	var e *apierr.Error
 	switch {
 	case errors.As(err, &e):
@@ -444,9 +478,7 @@ func (s *Server) relayError(w http.ResponseWriter, r *http.Request, err error) {
 	default:
 		e = &apierr.Error{Code: apierr.Upstream, Message: "no replica or region could serve the request: " + err.Error(), RetryAfter: time.Second}
 	}
-	if x != nil {
-		x.rejected = e
-	}
+	x.rejected = e
 	s.closeWhenDraining(w.Header())
 	apierr.Write(w, e)
 }

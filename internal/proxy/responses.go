@@ -13,6 +13,7 @@ import (
 
 	"skywalker/internal/apierr"
 	"skywalker/internal/mesh"
+	"skywalker/internal/region"
 	"skywalker/internal/request"
 	"skywalker/internal/responses"
 )
@@ -94,19 +95,11 @@ type chainBodies struct{ home, fresh []byte }
 func (x *exchange) bodyFor(o routed, body []byte) []byte {
 	switch {
 	case o.Decision.StartedOver && x.chain.fresh != nil:
-		x.startedOver = true
 		return x.chain.fresh
 	case o.replica != nil && x.chain.home != nil:
 		return x.chain.home
 	}
 	return body
-}
-
-// mayStartOverAt: the replica o answered a chain's request with 404 — its
-// engine no longer holds the previous response — and the chain may start
-// over, and has not yet.
-func (x *exchange) mayStartOverAt(o routed) bool {
-	return o.replica != nil && x.chain.fresh != nil && !x.startedOver
 }
 
 // drain reads what is left of resp's body (a little) and closes it, so
@@ -133,7 +126,7 @@ func (s *Server) engineIDs(replica string, req *request.Request) func(string) st
 // engine no longer holds it: it restarted) made the error a client can
 // act on.
 func (x *exchange) fromReplica(resp *http.Response, replica string) *http.Response {
-	if x.req.PreviousResponse != "" && !x.startedOver && resp.StatusCode == http.StatusNotFound {
+	if x.req.PreviousResponse != "" && !x.req.StartedOver && resp.StatusCode == http.StatusNotFound {
 		drain(resp)
 		e := &apierr.Error{Code: apierr.PreviousResponseNotFound, Param: "previous_response_id",
 			Message: fmt.Sprintf("previous response %q is no longer available: the engine that held it (%s in %s) no longer has it (it restarted, or keeps no responses: VLLM_ENABLE_RESPONSES_API_STORE); start a new chain with the whole conversation as input",
@@ -276,36 +269,18 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 			s.reject(w, &apierr.Error{Code: apierr.Upstream, Message: fmt.Sprintf("response %q: its home did not answer: %v", id, err)}, "failed")
 			return
 		}
-		defer resp.Body.Close()
 		if resp.StatusCode == http.StatusNotFound && mapID != nil {
+			drain(resp)
 			s.reject(w, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
 				Message: fmt.Sprintf("response %q is no longer available: the engine that held it no longer has it", id)}, "not_found")
 			return
 		}
-		var body io.Reader = resp.Body
 		if mapID != nil {
-			body = responses.NewRewriter(resp.Body, mapID)
+			resp.Body = responses.NewRewriter(resp.Body, mapID)
+			resp.ContentLength = -1
+			resp.Header.Del("Content-Length")
 		}
-		for _, h := range []string{"Content-Type", "Cache-Control"} {
-			if v := resp.Header.Get(h); v != "" {
-				w.Header().Set(h, v)
-			}
-		}
-		w.WriteHeader(resp.StatusCode)
-		rc := http.NewResponseController(w)
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := body.Read(buf)
-			if n > 0 {
-				if _, werr := w.Write(buf[:n]); werr != nil {
-					return
-				}
-				_ = rc.Flush()
-			}
-			if err != nil {
-				return
-			}
-		}
+		s.copyResponse(w, r, resp, nil) // the copier every relayed answer goes through
 	}
 }
 
@@ -329,25 +304,24 @@ func streamFromBody(r *http.Request) {
 
 // replicaNamed is the replica named name (host:port) and whether it is
 // in service in some pool.
-func (r *Router) replicaNamed(name string) (*replica, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rp := range r.replicas {
-		if rp.host == name {
-			return rp, r.core.Healthy(name)
+func (r *Router) replicaNamed(name string) (rp *replica, healthy bool) {
+	r.do(func(n *region.Node) {
+		if rp = r.replicaOf(name); rp != nil {
+			healthy = n.Healthy(name)
 		}
-	}
-	return nil, false
+	})
+	return rp, healthy
 }
 
 // peerAddr is the address of a proxy of region, from the mesh.
-func (r *Router) peerAddr(regionName string) (string, bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, p := range r.core.Peers() {
-		if p.Region == regionName && p.Healthy && len(p.APIAddrs) > 0 {
-			return p.APIAddrs[0], true
+func (r *Router) peerAddr(regionName string) (addr string, ok bool) {
+	r.do(func(n *region.Node) {
+		for _, p := range n.Peers() {
+			if p.Region == regionName && p.Healthy && len(p.APIAddrs) > 0 {
+				addr, ok = p.APIAddrs[0], true
+				return
+			}
 		}
-	}
-	return "", false
+	})
+	return addr, ok
 }

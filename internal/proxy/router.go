@@ -49,17 +49,18 @@ func (rp *replica) name() string { return rp.host }
 // recent decisions. Every method is safe for concurrent use, and the lock
 // is held only for in-memory work.
 type Router struct {
-	mu       sync.Mutex
-	cfg      Config
-	core     *region.Node
-	replicas []*replica // sorted by host
-	mesh     PeerSource
-	waiters  map[*request.Request]chan routed
+	mu        sync.Mutex
+	lockCount atomic.Int64 // acquisitions of mu, ever (see lock)
+	cfg       Config
+	core      *region.Node
+	replicas  []*replica // sorted by host
+	mesh      PeerSource
+	waiters   map[*request.Request]*waiter
 	// unanswered are the attempts at each replica still waiting for their
 	// first byte: when the replica is ejected they are ended at once and
 	// retried elsewhere, not left to their own timeout (minutes, for a
 	// response that is not streamed).
-	unanswered map[string]map[*firstByteWait]struct{}
+	unanswered map[string]map[*region.Attempt]context.CancelCauseFunc
 	now        func() time.Time
 
 	recent     []Decision // ring of recent decisions, for /debug/skywalker
@@ -100,7 +101,7 @@ type RouterOptions struct {
 
 // NewRouter returns a router for cfg (validated) with no replicas.
 func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
-	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]chan routed{}, unanswered: map[string]map[*firstByteWait]struct{}{}, now: opts.Clock, recent: make([]Decision, 64),
+	r := &Router{cfg: cfg, mesh: opts.Peers, waiters: map[*request.Request]*waiter{}, unanswered: map[string]map[*region.Attempt]context.CancelCauseFunc{}, now: opts.Clock, recent: make([]Decision, 64),
 		observe: opts.Observe}
 	if r.now == nil {
 		r.now = time.Now
@@ -127,7 +128,7 @@ func (r *Router) SetReplicas(urls []*url.URL) error {
 	urls = slices.Clone(urls)
 	slices.SortFunc(urls, func(a, b *url.URL) int { return strings.Compare(a.Host, b.Host) })
 	urls = slices.CompactFunc(urls, func(a, b *url.URL) bool { return a.Host == b.Host })
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	byHost := map[string]*replica{}
 	for _, rp := range r.replicas {
@@ -193,9 +194,26 @@ func (r *Router) modelsOf(rp *replica) []string {
 // modelsLearned places the replicas again after rp's /v1/models answered
 // with a different list.
 func (r *Router) modelsLearned() error {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.placeReplicas()
+}
+
+// do runs fn on the router's node, under the router's lock: the one way
+// code outside this file reaches the core. fn must not block or call
+// back into the router.
+func (r *Router) do(fn func(n *region.Node)) {
+	r.lock()
+	defer r.mu.Unlock()
+	fn(r.core)
+}
+
+// lock takes the router's lock, counting how often (lockCount: a served
+// request's budget is held by a test). Every acquisition is in this file
+// (internal/arch holds that).
+func (r *Router) lock() {
+	r.mu.Lock()
+	r.lockCount.Add(1)
 }
 
 // replicaOf returns the HTTP side of a core replica. Called with r.mu held.
@@ -207,10 +225,19 @@ func (r *Router) replicaOf(name string) *replica {
 	return r.replicas[i]
 }
 
-// routed is a delivered attempt, with its replica's HTTP side.
+// routed is a delivered attempt, with what the proxy needs to run it.
 type routed struct {
 	*region.Attempt
 	replica *replica // Dispatch
+	// ctx is the attempt's own context, under the client's: cancelled
+	// (cancel) when its first byte is overdue, when its replica is ejected
+	// while it waits (errReplicaEjected), when its stream stalls, and when
+	// it ends. Nil for a rejection.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// timeout is the core's first-token timeout as the attempt was
+	// delivered (region.Attempt.FirstTokenTimeout).
+	timeout time.Duration
 }
 
 // Route submits req to the balancer and waits until it is dispatched,
@@ -223,79 +250,52 @@ func (r *Router) Route(ctx context.Context, req *request.Request) (routed, error
 	return o, err
 }
 
+// Answered reports the status the attempt's target answered with
+// (region.Attempt.Answered) and, when firstByte, that its first byte is
+// in: when the answer goes on to the client, that is the attempt's first
+// token. When the core ends the attempt as failed and routes the request
+// again, it waits for the next attempt as Route does.
+func (r *Router) Answered(ctx context.Context, a *region.Attempt, status int, firstByte bool) (routed, region.Next, error) {
+	return r.await(ctx, a.Request, func() region.Next {
+		r.answeredLocked(a)
+		next := a.Answered(r.now(), status)
+		if next == (region.Next{}) && firstByte {
+			a.FirstToken(r.now())
+		}
+		r.endUnansweredIfEjected(a.Replica)
+		return next
+	})
+}
+
 // End ends the attempt a with how (region.Attempt.End). When the core
 // routes the request again, End waits for the next attempt as Route does
 // and returns it; otherwise the zero routed and what the core said.
 func (r *Router) End(ctx context.Context, a *region.Attempt, how region.Outcome) (routed, region.Next, error) {
-	if how != region.ReplicaFailed && how != region.TimedOut { // never retried: no waiter needed (the path every served request takes)
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		next := a.End(r.now(), how)
-		r.endUnansweredIfEjected(a.Replica)
-		return routed{}, next, nil
+	if how != region.ReplicaFailed && how != region.TimedOut { // never retried: no waiter needed
+		r.settle(a, how, 0, false)
+		return routed{}, region.Next{}, nil
 	}
 	return r.await(ctx, a.Request, func() region.Next {
+		r.answeredLocked(a)
 		next := a.End(r.now(), how)
 		r.endUnansweredIfEjected(a.Replica)
 		return next
 	})
 }
 
-// clockOffset is peer region's wall clock less ours as the mesh measured
-// it from its load summaries (zero if unknown).
-func (r *Router) clockOffset(peer string) time.Duration {
-	r.mu.Lock()
+// settle ends an attempt that is not retried (how is Served,
+// BrokeMidStream or Released) with the cached prompt tokens its engine
+// reported, when it did (cache-truth feedback): the path every served
+// request takes, one lock.
+func (r *Router) settle(a *region.Attempt, how region.Outcome, cachedTokens int, reported bool) {
+	r.lock()
 	defer r.mu.Unlock()
-	for _, p := range r.core.Peers() {
-		if p.Region == peer {
-			return p.ClockOffset
-		}
+	r.answeredLocked(a)
+	if reported {
+		a.CacheReported(cachedTokens)
 	}
-	return 0
-}
-
-// firstByteWait is an attempt at a replica waiting for its first byte.
-type firstByteWait struct{ cancel context.CancelCauseFunc }
-
-// errReplicaEjected ends the attempts still waiting at a replica the
-// region has just ejected.
-var errReplicaEjected = errors.New("the replica was ejected while the request waited for its first byte")
-
-// awaitingFirstByte registers an attempt at rp waiting for its first
-// byte, ended with errReplicaEjected through cancel if rp is ejected
-// meanwhile; answered unregisters it.
-func (r *Router) awaitingFirstByte(rp string, cancel context.CancelCauseFunc) (answered func()) {
-	w := &firstByteWait{cancel: cancel}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.core.Healthy(rp) {
-		cancel(errReplicaEjected)
-		return func() {}
-	}
-	if r.unanswered[rp] == nil {
-		r.unanswered[rp] = map[*firstByteWait]struct{}{}
-	}
-	r.unanswered[rp][w] = struct{}{}
-	return func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		delete(r.unanswered[rp], w)
-		if len(r.unanswered[rp]) == 0 {
-			delete(r.unanswered, rp)
-		}
-	}
-}
-
-// endUnansweredIfEjected ends the attempts waiting for their first byte at
-// rp if it is no longer in service. Called with mu held.
-func (r *Router) endUnansweredIfEjected(rp string) {
-	if rp == "" || r.core.Healthy(rp) {
-		return
-	}
-	for w := range r.unanswered[rp] {
-		w.cancel(errReplicaEjected)
-	}
-	delete(r.unanswered, rp)
+	a.End(r.now(), how)
+	r.endUnansweredIfEjected(a.Replica)
 }
 
 // Continue ends the attempt a, whose stream broke after it reached the
@@ -305,13 +305,62 @@ func (r *Router) Continue(ctx context.Context, a *region.Attempt) (routed, regio
 	return r.await(ctx, a.Request, func() region.Next { return a.Continue(r.now()) })
 }
 
+// clockOffset is peer region's wall clock less ours as the mesh measured
+// it from its load summaries (zero if unknown).
+func (r *Router) clockOffset(peer string) (offset time.Duration) {
+	r.do(func(n *region.Node) {
+		for _, p := range n.Peers() {
+			if p.Region == peer {
+				offset = p.ClockOffset
+				return
+			}
+		}
+	})
+	return offset
+}
+
+// errReplicaEjected ends the attempts still waiting at a replica the
+// region has just ejected.
+var errReplicaEjected = errors.New("the replica was ejected while the request waited for its first byte")
+
+// endUnansweredIfEjected ends the attempts waiting for their first byte at
+// replica if it is no longer in service: they are retried elsewhere at
+// once, not left to their own timeout (minutes, for a response that is
+// not streamed). Called with mu held.
+func (r *Router) endUnansweredIfEjected(replica string) {
+	if replica == "" || r.core.Healthy(replica) {
+		return
+	}
+	for _, cancel := range r.unanswered[replica] {
+		cancel(errReplicaEjected)
+	}
+	delete(r.unanswered, replica)
+}
+
+// answeredLocked takes a's attempt off its replica's unanswered list.
+// Called with mu held.
+func (r *Router) answeredLocked(a *region.Attempt) {
+	if waiting := r.unanswered[a.Replica]; waiting != nil {
+		delete(waiting, a)
+		if len(waiting) == 0 {
+			delete(r.unanswered, a.Replica)
+		}
+	}
+}
+
+// waiter is a handler waiting for its request's next attempt.
+type waiter struct {
+	ch  chan routed
+	ctx context.Context // the client's: the attempt's context derives from it
+}
+
 // await runs act under the lock with a waiter registered for req; when act
 // says the request was routed (again), it waits for the attempt to be
 // delivered, or for ctx to end (then the request is withdrawn).
 func (r *Router) await(ctx context.Context, req *request.Request, act func() region.Next) (routed, region.Next, error) {
-	ch := make(chan routed, 1)
-	r.mu.Lock()
-	r.waiters[req] = ch
+	w := &waiter{ch: make(chan routed, 1), ctx: ctx}
+	r.lock()
+	r.waiters[req] = w
 	next := act()
 	if !next.Retry {
 		delete(r.waiters, req)
@@ -320,13 +369,13 @@ func (r *Router) await(ctx context.Context, req *request.Request, act func() reg
 	}
 	r.mu.Unlock()
 	select {
-	case o := <-ch:
+	case o := <-w.ch:
 		if o.Err != nil {
 			return o, next, o.Err
 		}
 		return o, next, nil
 	case <-ctx.Done():
-		r.mu.Lock()
+		r.lock()
 		defer r.mu.Unlock()
 		delete(r.waiters, req)
 		if r.core.Cancel(req) {
@@ -334,7 +383,7 @@ func (r *Router) await(ctx context.Context, req *request.Request, act func() reg
 		}
 		// Delivered just as the client left: take it, release it.
 		select {
-		case o := <-ch:
+		case o := <-w.ch:
 			r.releaseLocked(o)
 		default:
 		}
@@ -352,12 +401,37 @@ func (r *Router) delivered(a *region.Attempt) {
 	if r.observe != nil {
 		r.observe(a)
 	}
-	if ch, ok := r.waiters[a.Request]; ok {
-		delete(r.waiters, a.Request)
-		ch <- out
+	w, ok := r.waiters[a.Request]
+	if !ok {
+		r.releaseLocked(out) // nobody waits (cannot happen while handlers hold their requests)
 		return
 	}
-	r.releaseLocked(out) // nobody waits (cannot happen while handlers hold their requests)
+	delete(r.waiters, a.Request)
+	if a.Err == nil {
+		out = r.arm(out, w.ctx)
+	}
+	w.ch <- out
+}
+
+// arm gives a delivered attempt its context and first-token timeout and,
+// at a replica, registers it among the replica's attempts awaiting their
+// first byte (ended with errReplicaEjected if the replica is ejected
+// meanwhile). Called with mu held.
+func (r *Router) arm(o routed, parent context.Context) routed {
+	o.ctx, o.cancel = context.WithCancelCause(parent)
+	o.timeout = o.FirstTokenTimeout()
+	if o.Replica == "" {
+		return o
+	}
+	if !r.core.Healthy(o.Replica) {
+		o.cancel(errReplicaEjected)
+		return o
+	}
+	if r.unanswered[o.Replica] == nil {
+		r.unanswered[o.Replica] = map[*region.Attempt]context.CancelCauseFunc{}
+	}
+	r.unanswered[o.Replica][o.Attempt] = o.cancel
+	return o
 }
 
 func (r *Router) record(a *region.Attempt) {
@@ -376,43 +450,33 @@ func (r *Router) record(a *region.Attempt) {
 	r.recentNext++
 }
 
-// FirstByte records that the attempt's first byte arrived: for a
-// dispatch, its prefill no longer delays the replica's next requests.
-func (r *Router) FirstByte(a *region.Attempt) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a.FirstToken(r.now())
-}
-
 // firstTokenTimeout is the core's first-token timeout for the attempt as
-// of now (region.Attempt.FirstTokenTimeout).
+// of now (region.Attempt.FirstTokenTimeout): read again while an attempt
+// waits long.
 func (r *Router) firstTokenTimeout(a *region.Attempt) time.Duration {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return a.FirstTokenTimeout()
-}
-
-// CacheReported records the cached prompt tokens the engine reported for
-// the attempt (cache-truth feedback; call before End).
-func (r *Router) CacheReported(a *region.Attempt, cachedTokens int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	a.CacheReported(cachedTokens)
 }
 
 // releaseLocked ends a delivered attempt nobody will use. Called with r.mu
 // held.
 func (r *Router) releaseLocked(o routed) {
-	if o.Attempt != nil {
-		o.End(r.now(), region.Released)
+	if o.Attempt == nil {
+		return
 	}
+	if o.cancel != nil {
+		o.cancel(nil)
+	}
+	r.answeredLocked(o.Attempt)
+	o.End(r.now(), region.Released)
 }
 
 // Pump refreshes the peers' snapshot from the mesh and re-routes held
 // requests: every PumpInterval and after every scrape round.
 func (r *Router) Pump() {
 	var peers []region.Peer
-	r.mu.Lock()
+	r.lock()
 	src := r.mesh
 	r.mu.Unlock()
 	share := false
@@ -422,7 +486,7 @@ func (r *Router) Pump() {
 			share = s.Siblings() > 0 // other proxies of this region: tell them what is dispatched
 		}
 	}
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	if share != r.sharing {
 		r.sharing = share
@@ -436,7 +500,7 @@ func (r *Router) Pump() {
 // dispatched (and what ended) since the last call, for the other proxies
 // of its region.
 func (r *Router) TakeDispatches() []region.SiblingDispatch {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.core.TakeDispatches()
 }
@@ -444,7 +508,7 @@ func (r *Router) TakeDispatches() []region.SiblingDispatch {
 // SiblingDispatched implements mesh.DispatchSharer: what another proxy of
 // this region told.
 func (r *Router) SiblingDispatched(from string, told []region.SiblingDispatch) {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	r.core.SiblingDispatched(from, told)
 }
@@ -463,7 +527,7 @@ func grantJurisdictions(peers []region.Peer, granted map[string]string) []region
 
 // setPeerSource attaches the mesh once it exists (it needs the router).
 func (r *Router) setPeerSource(p PeerSource) {
-	r.mu.Lock()
+	r.lock()
 	r.mesh = p
 	r.mu.Unlock()
 }
@@ -477,7 +541,7 @@ func (r *Router) ObserveScrape(replica string, mark region.ScrapeMark, status in
 	if status == http.StatusOK && page != nil {
 		m, _ = parseEngineMetrics(page)
 	}
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	r.core.Scraped(replica, m, mark)
 	return m.Known
@@ -486,14 +550,14 @@ func (r *Router) ObserveScrape(replica string, mark region.ScrapeMark, status in
 // MarkScrape is called as a scrape of the named replica begins; its mark
 // goes to ObserveScrape.
 func (r *Router) MarkScrape(replica string) region.ScrapeMark {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.core.MarkScrape(replica)
 }
 
 // ObserveHealth records one health check of the named replica.
 func (r *Router) ObserveHealth(replica string, ok bool) {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	r.core.HealthChecked(replica, ok)
 	r.endUnansweredIfEjected(replica)
@@ -502,7 +566,7 @@ func (r *Router) ObserveHealth(replica string, ok bool) {
 // View returns a copy of the view the policy would route req by now (in
 // the pool of its base model; empty if there is none).
 func (r *Router) View(req *request.Request) policy.View {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	v, _ := r.core.Explain(req)
 	return v
@@ -510,7 +574,7 @@ func (r *Router) View(req *request.Request) policy.View {
 
 // ReplicaStates is the core's bookkeeping of every replica.
 func (r *Router) ReplicaStates() []region.ReplicaState {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.core.Snapshot(r.now()).Replicas
 }
@@ -524,21 +588,22 @@ type snapshot struct {
 	policy   string
 	replicas []*replica // the HTTP sides, in the core's order
 	recent   []Decision // oldest first
+	sharing  bool       // telling the region's other proxies what is dispatched
 }
 
 // replicaSides is the replicas' HTTP sides, in the core's order: the cheap
 // part of a snapshot, for the request path (the model check) and the
 // pool's loops.
 func (r *Router) replicaSides() []*replica {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.replicas)
 }
 
 func (r *Router) snapshot() snapshot {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
-	out := snapshot{Snapshot: r.core.Snapshot(r.now()), policy: r.cfg.Policy, replicas: slices.Clone(r.replicas)}
+	out := snapshot{Snapshot: r.core.Snapshot(r.now()), policy: r.cfg.Policy, replicas: slices.Clone(r.replicas), sharing: r.sharing}
 	for i := range len(r.recent) {
 		if d := r.recent[(r.recentNext+i)%len(r.recent)]; d.ID != "" {
 			out.recent = append(out.recent, d)
@@ -550,7 +615,7 @@ func (r *Router) snapshot() snapshot {
 // Decide returns the decision the policy would make for req now, without
 // routing it (a rejection when no pool serves its model here).
 func (r *Router) Decide(req *request.Request) policy.Decision {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	_, d := r.core.Explain(req)
 	return d
@@ -558,7 +623,7 @@ func (r *Router) Decide(req *request.Request) policy.Decision {
 
 // Load implements mesh.Source: this node's load summary.
 func (r *Router) Load() region.Load {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	l := r.core.Load()
 	l.Draining = r.draining
@@ -568,35 +633,35 @@ func (r *Router) Load() region.Load {
 // drain marks the router draining: its load summary says so, and peers
 // stop forwarding to this node.
 func (r *Router) drain() {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	r.draining = true
 }
 
 // flushHeld answers every held request with e and returns how many.
 func (r *Router) flushHeld(e *apierr.Error) int {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.core.Flush(r.now(), e)
 }
 
 // Digest implements mesh.Source: the digest of the prefix index.
 func (r *Router) Digest() *digest.Digest {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.core.Digest()
 }
 
 // healthyReplicas counts replicas in service.
 func (r *Router) healthyReplicas() int {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.core.Load().Replicas
 }
 
 // queued is the number of held requests.
 func (r *Router) queued() int {
-	r.mu.Lock()
+	r.lock()
 	defer r.mu.Unlock()
 	return r.core.Load().Queued
 }

@@ -3,10 +3,10 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/http/pprof"
 	"sync"
 	"sync/atomic"
@@ -44,7 +44,7 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	router   *Router
-	relay    *httputil.ReverseProxy
+	relayLog *log.Logger // ReverseProxy's log lines, as debug records
 	upstream http.RoundTripper
 	loops    *poolLoops
 	markers  *markers
@@ -120,7 +120,7 @@ func New(cfg Config, opts Options) (*Server, error) {
 	markers.clockOffset = s.router.clockOffset
 	s.maxClass, _ = request.ParseClass(cfg.PriorityClassMax) // validated above
 	s.expiring, s.expire = context.WithCancel(context.Background())
-	s.relay = newRelay(s, transport)
+	s.relayLog = log.New(slogWriter{s.log}, "", 0)
 	s.loops = &poolLoops{r: s.router, cfg: cfg, cp: cfg.ControlPlane(), client: &http.Client{Transport: transport}, log: s.log, logEvery: s.logEvery}
 	s.metrics = newMetrics(cfg.Region, s.router)
 	s.loops.kvCount = s.metrics.kvEvents

@@ -2,6 +2,9 @@ package proxy
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"reflect"
 	"strings"
 	"testing"
@@ -132,4 +135,45 @@ func FuzzSettingText(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Config's comments say what a field means and nothing the settings table
+// owns: no environment variable and no default (written twice, they
+// drifted).
+func TestConfigRestatesNoSetting(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "config.go", nil, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fields *ast.FieldList
+	ast.Inspect(f, func(n ast.Node) bool {
+		if ts, ok := n.(*ast.TypeSpec); ok && ts.Name.Name == "Config" {
+			fields = ts.Type.(*ast.StructType).Fields
+		}
+		return fields == nil
+	})
+	if fields == nil {
+		t.Fatal("config.go: no Config struct")
+	}
+	checked := 0
+	for _, fl := range fields.List {
+		for _, cg := range []*ast.CommentGroup{fl.Doc, fl.Comment} {
+			if cg == nil {
+				continue
+			}
+			text := cg.Text()
+			checked++
+			for _, s := range Settings() {
+				if s.Env != "" && strings.Contains(text, s.Env) {
+					t.Errorf("Config's comment on %v names %s: the settings table owns it", fl.Names, s.Env)
+				}
+			}
+			if strings.Contains(strings.ToLower(text), "default") {
+				t.Errorf("Config's comment on %v states a default: the settings table owns it (%q)", fl.Names, strings.TrimSpace(text))
+			}
+		}
+	}
+	if checked < 20 {
+		t.Errorf("only %d comments read: the rule checks nothing", checked)
+	}
 }

@@ -203,7 +203,7 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 		for _, h := range CredentialHeaders {
 			out.Header.Set(h, "secret-"+h)
 		}
-		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "key-0a1b2c"}, body: body, out: out}
+		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "key-0a1b2c"}, body: body, outbound: out}
 		o := routed{Attempt: &region.Attempt{}}
 		o.Peer = &region.Peer{Region: "eu-west", APIAddrs: []string{peer.URL}}
 		resp, err := x.send(context.Background(), o, body)

@@ -59,10 +59,7 @@ func (x *exchange) endAttempt(how region.Outcome) {
 	if o.Attempt == nil {
 		return
 	}
-	if how == region.Served && x.counter.cachedSeen {
-		x.s.router.CacheReported(o.Attempt, x.counter.cached)
-	}
-	_, _, _ = x.s.router.End(x.ctx, o.Attempt, how)
+	x.s.router.settle(o.Attempt, how, x.counter.cached, how == region.Served && x.counter.cachedSeen)
 }
 
 // watchedBody is an upstream body on its way to the client.
@@ -103,10 +100,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 			x.stall.Reset(x.s.cfg.StallTimeout)
 		}
 		if x.firstByte.IsZero() {
-			x.firstByte = time.Now()
-			if x.target.Attempt != nil {
-				x.s.router.FirstByte(x.target.Attempt)
-			}
+			x.firstByte = time.Now() // the core heard it as the attempt was answered (Router.Answered)
 		}
 		x.counter.count(p[:n])
 	}

@@ -12,6 +12,8 @@ import (
 // A request's life in the core, the same for every driver:
 //
 //	Submit ──► Attempt (dispatch to a replica, or forward to a peer)
+//	              │ Answered(now, status)  the target's answer began: pass it on, start the
+//	              │                        chain over there, or (ended as failed) Next
 //	              │ FirstToken(now)        its first token (the proxy: byte) reached the driver
 //	              │ CacheReported(tokens)  the engine said how much it had cached
 //	              ▼ End(now, how) ──► Next: done, the client's error, or Retry
@@ -87,8 +89,14 @@ const (
 	Released
 )
 
-// Next is what End says comes next.
+// Next is what End (or Answered) says comes next.
 type Next struct {
+	// StartOver (from Answered only): the target is the home replica of a
+	// Responses chain whose engine no longer holds the previous response,
+	// and the chain may start over: the driver sends it again, to the same
+	// replica, as a new chain (request.Request.WithoutPrevious). The
+	// attempt goes on.
+	StartOver bool
 	// Retry: the request was routed again. Its next attempt is delivered
 	// to the driver as the first was, possibly before End returns.
 	Retry bool
@@ -177,6 +185,37 @@ func (a *Attempt) End(now time.Time, how Outcome) Next {
 		return Next{Err: &e}
 	}
 	return Next{}
+}
+
+// Answered reports the status the target's answer began with (an HTTP
+// status; the simulator's engine answers 200, or 404 for a chain whose
+// previous response it lost; a peer's refusal its error's status), before
+// anything of it reached the client, and decides what it means — the
+// rule both drivers follow:
+//   - below 400, and a replica's 4xx (the engine's word on the client's
+//     request), and any 4xx of a chain's home region (no other region can
+//     serve the chain: the previous response is gone, the home is
+//     overloaded): the answer goes to the client; Answered returns the
+//     zero Next and the attempt goes on;
+//   - a replica's 404 to a chain that may start over (request.StartOver)
+//     and has not yet: Next.StartOver, and the attempt goes on;
+//   - a 5xx, and a peer's other 4xx (its refusal — its model set, its
+//     limits, its overload — is never the client's fault: this node checked
+//     the request already): the attempt ends ReplicaFailed, and Next says
+//     what follows (a failed forward is served here).
+func (a *Attempt) Answered(now time.Time, status int) Next {
+	if a.ended || a.Err != nil {
+		return Next{}
+	}
+	req := a.Request
+	switch {
+	case a.rp != nil && status == 404 && req.StartOver && !req.Home.IsZero() && !req.StartedOver:
+		req.StartedOver = true
+		return Next{StartOver: true}
+	case status < 400, status < 500 && (a.rp != nil || a.Decision.Reason == policy.ReasonHome):
+		return Next{}
+	}
+	return a.End(now, ReplicaFailed)
 }
 
 // Continue ends an attempt whose stream broke after it reached the client
@@ -294,6 +333,9 @@ func (r *pool) Deliver(o balancer.Outcome) {
 		a.sent = o.Submitted.Add(o.Waited)
 	}
 	if o.Err == nil {
+		if o.Decision.StartedOver {
+			o.Request.StartedOver = true // its home is gone: policy.Homing sent it as a new chain
+		}
 		switch o.Decision.Action {
 		case policy.Dispatch:
 			a.rp = r.replicas[o.Decision.Replica]

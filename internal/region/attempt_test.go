@@ -2,6 +2,7 @@ package region
 
 import (
 	"fmt"
+	"skywalker/internal/request"
 	"testing"
 	"time"
 
@@ -206,5 +207,74 @@ func TestAReplicaOnProbationTakesOneRequestAtATime(t *testing.T) {
 	last(t, got).End(t0.Add(time.Second), Served)
 	if rp.probation || rp.InFlight() < 2 {
 		t.Errorf("after serving one: probation %v, %d in flight; want probation over and the held requests dispatched at its full cap", rp.probation, rp.InFlight())
+	}
+}
+
+// Answered is the one rule for what a target's status means, the same for
+// both drivers: a replica's 4xx goes to the client, a peer's 4xx is its
+// refusal (the forward failed: served here) unless the peer is the chain's
+// home, a 5xx fails, and a home engine's 404 starts a chain over once,
+// when it may.
+func TestAnsweredDecidesWhatAStatusMeans(t *testing.T) {
+	home := request.Home{Region: "us-east", Replica: "r0"}
+	for _, tc := range []struct {
+		name    string
+		forward bool // to a peer region (else a local replica)
+		chain   request.Home
+		mayOver bool // request.StartOver
+		status  int
+		want    string // pass, start-over, retry
+	}{
+		{"a replica's 200", false, request.Home{}, false, 200, "pass"},
+		{"a replica's 400: the engine's word on the request", false, request.Home{}, false, 400, "pass"},
+		{"a replica's 503", false, request.Home{}, false, 503, "retry"},
+		{"a home engine's 404, may start over", false, home, true, 404, "start-over"},
+		{"a home engine's 404, may not", false, home, false, 404, "pass"},
+		{"a peer's 200", true, request.Home{}, false, 200, "pass"},
+		{"a peer's 429: its refusal, served here", true, request.Home{}, false, 429, "retry"},
+		{"a peer's 404: its model set", true, request.Home{}, false, 404, "retry"},
+		{"a peer's 502", true, request.Home{}, false, 502, "retry"},
+		{"the chain's home region's 404", true, request.Home{Region: "eu-west", Replica: "x"}, false, 404, "pass"},
+		{"the chain's home region's 503", true, request.Home{Region: "eu-west", Replica: "x"}, false, 503, "retry"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, got := newTestRegion(t, 1)
+			rq := req("a", 1)
+			rq.Home, rq.StartOver = tc.chain, tc.mayOver
+			if tc.forward {
+				r.Scraped(r.Replicas()[0], Metrics{Known: true, Waiting: 5, Running: 4}) // busy: a forward wins
+				r.SetPeers([]Peer{{Region: "eu-west", Jurisdiction: "eu", Healthy: true, GateOpen: true, RTT: 70 * time.Millisecond,
+					Load: Load{Replicas: 4, Slots: 256, Outstanding: 10}}})
+			}
+			r.Submit(t0, rq)
+			a := last(t, got)
+			if a.Forwarded() != tc.forward {
+				t.Fatalf("attempt %+v: forwarded %v, want %v", a, a.Forwarded(), tc.forward)
+			}
+			next := a.Answered(t0.Add(time.Second), tc.status)
+			var verdict string
+			switch {
+			case next.StartOver:
+				verdict = "start-over"
+			case next.Retry || next.Err != nil:
+				verdict = "retry"
+			case next == (Next{}):
+				verdict = "pass"
+			}
+			if verdict != tc.want {
+				t.Fatalf("status %d: %+v (%s), want %s", tc.status, next, verdict, tc.want)
+			}
+			if verdict == "start-over" {
+				if !rq.StartedOver {
+					t.Error("a chain that started over is not marked so")
+				}
+				if again := a.Answered(t0.Add(2*time.Second), 404); again.StartOver {
+					t.Error("a chain started over twice")
+				}
+			}
+			if verdict == "retry" && tc.forward && !rq.ServeHere {
+				t.Error("a failed forward is not served here")
+			}
+		})
 	}
 }

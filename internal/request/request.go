@@ -72,6 +72,10 @@ type Request struct {
 	// a new request instead of refusing it, and it is sent without its
 	// previous_response_id (WithoutPrevious).
 	Resent, StartOver bool
+	// StartedOver: the chain's home engine had lost the previous response
+	// and the request was sent there again as a new chain (set by the
+	// region core, region.Attempt.Answered).
+	StartedOver bool
 	// Store and Background are a Responses request's store and background.
 	Store, Background bool
 	// Priority is the body's vLLM priority field, passed to the engine as

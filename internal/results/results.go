@@ -100,6 +100,9 @@ type Result struct {
 	// AdapterLoads is how many LoRA adapters the engines loaded into a
 	// slot (simulator only; zero without adapters).
 	AdapterLoads int64 `json:"adapter_loads,omitempty"`
+	// FirstTokenTimeouts is how many dispatches waited past their learned
+	// first-token timeout and were routed again (simulator only).
+	FirstTokenTimeouts int64 `json:"first_token_timeouts,omitempty"`
 
 	Makespan float64 `json:"makespan_s"`
 	Events   int64   `json:"events,omitempty"`

@@ -17,6 +17,7 @@ import (
 // an engine yet starts its chain over.)
 type chains struct {
 	last      map[string]request.Home // session → where its last turn was served
+	epochs    map[string]uint32       // session → the incarnation of the engine that served it
 	followUps int                     // turns after a session's first that were served
 	moved     int                     // of them, served on another replica than the turn before
 	chained   int                     // follow-up turns of Responses chains that arrived
@@ -62,7 +63,11 @@ func (c *chains) served(req *request.Request, rp *replica) {
 		c.last = map[string]request.Home{}
 	}
 	here := request.Home{Region: rp.router.name, Replica: rp.name}
-	if !req.Home.IsZero() && here != req.Home { // its home was gone: policy.Homing started it over
+	if c.epochs == nil {
+		c.epochs = map[string]uint32{}
+	}
+	c.epochs[req.Session] = rp.epoch
+	if req.StartedOver { // its home was gone, or its engine had lost the response: it started over
 		c.startedOver++
 		c.beginAgain(req)
 	}
@@ -78,6 +83,17 @@ func (c *chains) served(req *request.Request, rp *replica) {
 		}
 	}
 	c.last[req.Session] = here
+}
+
+// lostAt reports whether req continues a chain whose previous response
+// rp's engine has lost: rp is its home, restarted since it served it (the
+// engine answers 404, as vLLM does for a response it no longer holds).
+func (c *chains) lostAt(req *request.Request, rp *replica) bool {
+	if req.Home.IsZero() || req.Home.Replica != rp.name || req.Home.Region != rp.router.name {
+		return false
+	}
+	epoch, ok := c.epochs[req.Session]
+	return ok && epoch != rp.epoch
 }
 
 // report adds the chain figures to res.

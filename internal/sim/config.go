@@ -72,6 +72,10 @@ const (
 	RegionOutage FaultKind = "region-outage" // every replica of a region down
 	RTTSpike     FaultKind = "rtt-spike"     // a link's RTT raised
 	LinkLoss     FaultKind = "link-loss"     // a share of a link's packets (probes, load summaries) lost
+	// ReplicaHang: one replica's engine stops making progress — it takes
+	// requests, answers its health checks and its metrics, and gives no
+	// token — until the fault ends. Only the first-token timeout finds it.
+	ReplicaHang FaultKind = "replica-hang"
 )
 
 // Fault is one fault: it starts At and lasts Duration.

@@ -16,8 +16,11 @@ import (
 
 // The drivers' parity of lifecycles: both drivers run one fault script —
 // a failure before the first byte and its retry, a failed forward served
-// here, a client that leaves, and a replica that dies with one stream
-// past its first token and others before theirs — each the way it meets
+// here, a client that leaves, a replica that dies with one stream past
+// its first token and others before theirs, a peer's 429 (its refusal:
+// served here), a chain whose home engine lost its previous response
+// (started over there), and a hung engine (its dispatch times out by the
+// learned first-token timeout and goes elsewhere) — each the way it meets
 // the fault (the proxy through its Router as its relay calls it, the
 // simulator through its own event handlers), and must book the same: the
 // same replicas' in-flight, failure streaks and health, the same load
@@ -142,7 +145,9 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 	rp := sd.replica
 	p.step(time.Millisecond)
 	sink{r: p.us, rp: rp}.FirstToken(sd.seq, p.now())
-	p.router.FirstByte(proxyAttempt["d"])
+	if _, n, _ := p.router.Answered(ctx, proxyAttempt["d"], 200, true); n != (region.Next{}) { // its first byte, as the relay hears it
+		t.Fatalf("proxy: d's 200 gave %+v, want it passed on", n)
+	}
 	var lost []string
 	var background []*engine.Sequence // the world's own load (prepare), no request of the router's
 	rp.eng.ForEach(func(s *engine.Sequence) {
@@ -172,5 +177,86 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 	}
 	if sd.gone != true || proxyAttempt["d"] != nil {
 		t.Errorf("d broke midway: the simulator dropped it %v, the proxy has a next attempt %s", sd.gone, target(proxyAttempt["d"]))
+	}
+
+	// 5. A peer refuses a forward with 429: its refusal is never the
+	// client's fault (region.Attempt.Answered); the request is served
+	// here on both sides.
+	arrive("f", probe("long, cached at eu-west, again", 24, "", p.shared...))
+	if proxyAttempt["f"].Peer == nil {
+		t.Fatalf("the script needs f forwarded: %s", target(proxyAttempt["f"]))
+	}
+	p.step(time.Millisecond)
+	next, n, err := p.router.Answered(ctx, proxyAttempt["f"], 429, true)
+	if err != nil || !n.Retry {
+		t.Fatalf("proxy: a peer's 429 gave %+v (%v), want the forward failed and f routed again", n, err)
+	}
+	proxyAttempt["f"] = next.Attempt
+	p.w.forwardFailed(sims["f"], p.us, &apierr.Error{Code: apierr.Overloaded, Message: "over its share"})
+	booked("after the peer refused f with 429")
+	same("f served here", "f")
+	if sims["f"].gone {
+		t.Error("the simulator passed the peer's 429 to f's client; the proxy serves f here")
+	}
+
+	// 6. A chain's home engine restarted and lost the previous response:
+	// it answers 404, and the chain, which may start over, starts over at
+	// its home on both sides.
+	var home *replica
+	for _, rp := range p.us.replicas {
+		if rp.down == 0 {
+			home = rp // one the crash above left up
+		}
+	}
+	chain := probe("a chain's next turn", 4, "")
+	chain.Session, chain.PreviousResponse = "s-1", "resp_previous"
+	p.w.cfg.ResponsesStartOver = true
+	p.w.chains.last = map[string]request.Home{"s-1": {Region: "us-east", Replica: home.name}}
+	p.w.chains.epochs = map[string]uint32{"s-1": home.epoch + 1} // an earlier incarnation served it
+	pchain := *chain
+	pchain.Home, pchain.Resent, pchain.StartOver = request.Home{Region: "us-east", Replica: home.name}, true, true
+	pchain.ID = "g"
+	p.step(time.Millisecond)
+	o, err := p.router.Route(ctx, &pchain)
+	if err != nil || o.Replica != home.name {
+		t.Fatalf("proxy: the chain's turn went to %s (%v), want its home %s", target(o.Attempt), err, home.name)
+	}
+	proxyAttempt["g"] = o.Attempt
+	if _, n, _ := p.router.Answered(ctx, o.Attempt, 404, true); !n.StartOver {
+		t.Fatalf("proxy: the home's 404 gave %+v, want the chain started over", n)
+	}
+	if _, n, _ := p.router.Answered(ctx, o.Attempt, 200, false); n != (region.Next{}) {
+		t.Fatalf("proxy: the started-over chain's 200 gave %+v, want it passed on", n)
+	}
+	sg := &simRequest{req: chain, client: 0, ingress: 0, at: -1, forwardedTo: -1, arrival: p.w.now, firstToken: -1}
+	chain.ID = "g"
+	sims["g"] = sg
+	mustHandle(t, p.w, event{kind: evArrival, router: 0, req: sg})
+	same("the chain's turn", "g")
+	booked("after the chain started over")
+	if !pchain.StartedOver || !chain.StartedOver || sg.gone || sg.seq == nil {
+		t.Errorf("the chain started over: proxy %v, simulator %v (dropped %v, running %v); want both, running at home",
+			pchain.StartedOver, chain.StartedOver, sg.gone, sg.seq != nil)
+	}
+
+	// 7. An engine hangs: it takes the request and gives no token. The
+	// learned first-token timeout ends the attempt TimedOut on both sides
+	// (the simulator by its own timer) and the request goes elsewhere.
+	arrive("h", probe("one more short one", 2, ""))
+	sh := sims["h"]
+	if sh.replica == nil || proxyAttempt["h"].Replica != sh.replica.name {
+		t.Fatalf("the script needs h dispatched alike: %s", target(proxyAttempt["h"]))
+	}
+	sh.replica.hung++
+	limit := proxyAttempt["h"].FirstTokenTimeout()
+	p.step(limit)
+	mustHandle(t, p.w, event{kind: evFirstTokenCheck, router: 0, req: sh, payload: sh.attempt})
+	if n := endProxy("h", region.TimedOut); !n.Retry {
+		t.Fatalf("proxy: h's timeout was not retried: %+v", n)
+	}
+	booked(fmt.Sprintf("after h timed out at %s after %v", sh.replica.name, limit))
+	same("h's retry", "h")
+	if p.w.timeouts != 1 {
+		t.Errorf("the simulator ended %d attempts TimedOut, want 1 (h's)", p.w.timeouts)
 	}
 }

@@ -44,6 +44,7 @@ func (w *world) result() *results.Result {
 	if cached > 0 {
 		res.PrefixRecall = results.Round(float64(foreseen)/float64(cached), 4)
 	}
+	res.FirstTokenTimeouts = w.timeouts
 	w.chains.report(res)
 	return res
 }

@@ -28,8 +28,11 @@ type simRequest struct {
 	replica     *replica        // where it runs (or is being sent) while dispatched
 	attempt     *region.Attempt // its dispatch, while it has one
 	forward     *region.Attempt // the ingress's forward of it, while it has one
-	seq         *engine.Sequence
-	gone        bool // ended: completed, dropped, or its client gave up
+	// routerSawFirst: its dispatch's first token reached its router (its
+	// first-token timeout stops).
+	routerSawFirst bool
+	seq            *engine.Sequence
+	gone           bool // ended: completed, dropped, or its client gave up
 }
 
 // replica is one engine at a site, known by its name to its router's
@@ -43,6 +46,7 @@ type replica struct {
 	eng    *engine.Engine
 	cfg    engine.Config
 	down   int    // overlapping faults holding it down
+	hung   int    // overlapping faults holding its engine still (it takes requests, runs none)
 	epoch  uint32 // incarnation; bumped by a crash
 }
 
@@ -195,7 +199,8 @@ func (r *router) delivered(a *region.Attempt) {
 	switch {
 	case a.Dispatched():
 		rp := r.byName[a.Replica]
-		sr.dispatched, sr.replica, sr.attempt = r.w.now, rp, a
+		sr.dispatched, sr.replica, sr.attempt, sr.routerSawFirst = r.w.now, rp, a, false
+		r.watchFirstToken(sr, a)
 		switch {
 		case rp.site != r.site:
 			r.w.push(event{at: r.w.now + r.w.oneWay(r.site, rp.site), kind: evDispatchArrive, router: int32(r.idx), req: sr})
@@ -215,6 +220,38 @@ func (r *router) delivered(a *region.Attempt) {
 // refused connection on the replica's own network.
 const refusedAfter = time.Millisecond
 
+// watchFirstToken starts the first-token timeout of a dispatch, as the
+// proxy's does: read from the core now and again every
+// firstTokenRecheck while the attempt waits (the region keeps learning).
+func (r *router) watchFirstToken(sr *simRequest, a *region.Attempt) {
+	r.w.push(event{at: r.w.now + min(a.FirstTokenTimeout(), firstTokenRecheck), kind: evFirstTokenCheck, router: int32(r.idx), req: sr, payload: a})
+}
+
+// firstTokenRecheck is how often a waiting dispatch's learned timeout is
+// read again (the proxy's firstByteRecheck).
+const firstTokenRecheck = time.Second
+
+// checkFirstToken ends the dispatch a of sr TimedOut if its first token
+// has not reached the router within the attempt's timeout: its engine
+// drops the sequence (the proxy closes the connection) and the core
+// routes it again, never back to that replica.
+func (r *router) checkFirstToken(sr *simRequest, a *region.Attempt) {
+	if sr.attempt != a || sr.routerSawFirst || sr.gone {
+		return // answered, ended, or its client left
+	}
+	waited := r.w.now - sr.dispatched
+	limit := a.FirstTokenTimeout()
+	if waited < limit {
+		r.w.push(event{at: r.w.now + min(limit-waited, firstTokenRecheck), kind: evFirstTokenCheck, router: int32(r.idx), req: sr, payload: a})
+		return
+	}
+	r.w.timeouts++
+	if sr.seq != nil {
+		sr.replica.eng.Abort(sr.seq)
+	}
+	r.failed(sr, region.TimedOut)
+}
+
 // reachEngine is a dispatched request arriving at its replica.
 func (r *router) reachEngine(sr *simRequest) {
 	rp := sr.replica
@@ -227,6 +264,15 @@ func (r *router) reachEngine(sr *simRequest) {
 		return
 	}
 	req := sr.req
+	if r.w.chains.lostAt(req, rp) {
+		// The engine answers 404: the core says whether the chain starts
+		// over here (region.Attempt.Answered) or the client gets the 404.
+		if next := sr.attempt.Answered(r.now(), 404); !next.StartOver {
+			r.end(sr, region.Released)
+			r.w.drop(sr, string(apierr.PreviousResponseNotFound))
+			return
+		}
+	}
 	seq := &engine.Sequence{ID: req.ID, PromptTokens: req.PromptTokens, MaxTokens: max(req.MaxTokens, 1), Units: req.Blocks,
 		UnitTokens: req.BlockTokens, Adapter: req.Adapter, Arrival: r.now(), Data: sr}
 	if err := rp.eng.Add(seq); err != nil {
@@ -264,8 +310,15 @@ func (r *router) failedBeforeFirstByte(sr *simRequest) {
 		r.end(sr, region.Released)
 		return
 	}
+	r.failed(sr, region.ReplicaFailed)
+}
+
+// failed ends sr's dispatch, which failed before its first token (how:
+// ReplicaFailed or TimedOut), and follows what the core says: routed
+// again, or the client's error.
+func (r *router) failed(sr *simRequest, how region.Outcome) {
 	sr.at = r.idx
-	next := r.end(sr, region.ReplicaFailed)
+	next := r.end(sr, how)
 	switch {
 	case next.Retry:
 		sr.retries++
@@ -277,7 +330,7 @@ func (r *router) failedBeforeFirstByte(sr *simRequest) {
 
 // kick starts replica rp's next engine step if it is idle and has work.
 func (r *router) kick(rp *replica) {
-	if rp.down > 0 || rp.eng.Busy() {
+	if rp.down > 0 || rp.hung > 0 || rp.eng.Busy() {
 		return
 	}
 	d, ok := rp.eng.BeginStep(r.now())
@@ -348,6 +401,7 @@ func (k sink) FirstToken(s *engine.Sequence, _ time.Time) {
 		k.r.w.push(event{at: k.r.w.now + k.r.w.oneWay(k.rp.site, in.site), kind: evFirstNotice, router: int32(in.idx), req: sr, payload: sr.forward})
 	}
 	if k.rp.site == k.r.site {
+		sr.routerSawFirst = true
 		sr.attempt.FirstToken(k.r.now())
 		return
 	}

@@ -343,14 +343,14 @@ func (s *Scenario) validate() error {
 	check(w.BlockTokens >= 0 && w.MaxPromptTokens >= 0 && w.MaxOutputTokens >= 0 && w.Limit >= 0, "workload token counts must not be negative")
 	for i, f := range s.Faults {
 		switch FaultKind(f.Kind) {
-		case ReplicaCrash, RegionOutage:
+		case ReplicaCrash, RegionOutage, ReplicaHang:
 			check(names[f.Region], "faults[%d].region %q is not a listed region", i, f.Region)
 		case RTTSpike:
 			check(names[f.A] && names[f.B] && f.A != f.B && f.Ms > 0, "faults[%d] (rtt-spike) needs regions a and b and a positive ms", i)
 		case LinkLoss:
 			check(names[f.A] && names[f.B] && f.A != f.B && f.Loss > 0 && f.Loss <= 1, "faults[%d] (link-loss) needs regions a and b and a loss in (0, 1]", i)
 		default:
-			errs = append(errs, fmt.Errorf("faults[%d].kind must be replica-crash, region-outage, rtt-spike or link-loss, not %q", i, f.Kind))
+			errs = append(errs, fmt.Errorf("faults[%d].kind must be replica-crash, replica-hang, region-outage, rtt-spike or link-loss, not %q", i, f.Kind))
 		}
 		check(f.At >= 0 && f.Duration > 0, "faults[%d] needs at >= 0 and a positive duration", i)
 	}

@@ -44,6 +44,7 @@ type world struct {
 	series          *series
 	siteBusy        []time.Duration
 	sitePreemptions []int64     // of engines lost to crashes
+	timeouts        int64       // dispatches ended TimedOut
 	stopped         bool        // ended early: StopAfterMisses
 	chains          chains      // Responses chains and follow-up turns (chains.go)
 	observe         func(event) // tests: called after each event is handled
@@ -278,13 +279,19 @@ func (w *world) handle(e event) error {
 		r.reachEngine(e.req)
 	case evRefused:
 		r.failedBeforeFirstByte(e.req)
+	case evFirstTokenCheck:
+		r.checkFirstToken(e.req, e.payload.(*region.Attempt))
 	case evStepEnd:
 		r.stepEnd(int(e.replica), e.epoch)
 	case evEndNotice:
 		e.payload.(*region.Attempt).End(r.now(), region.Served)
 		r.scheduleExpire()
 	case evFirstNotice:
-		e.payload.(*region.Attempt).FirstToken(r.now())
+		a := e.payload.(*region.Attempt)
+		if a == e.req.attempt {
+			e.req.routerSawFirst = true
+		}
+		a.FirstToken(r.now())
 	case evClientTimeout:
 		w.giveUp(e.req)
 	case evScrape:
@@ -370,9 +377,11 @@ func (w *world) rejected(sr *simRequest, at int, err *apierr.Error) {
 	w.drop(sr, string(err.Code))
 }
 
-// forwardFailed handles a peer's refusal at the ingress r: a client
-// error goes to the client; a 5xx is routed again by the core (and served
-// here) within the retry bound.
+// forwardFailed handles a peer's refusal at the ingress r as the proxy
+// does: the core says what its status means (region.Attempt.Answered) —
+// passed to the client (a chain's home region's 4xx), or the forward
+// failed and the request is routed again (and served here) within the
+// retry bound.
 func (w *world) forwardFailed(sr *simRequest, r *router, err *apierr.Error) {
 	if sr.gone {
 		return // its client gave up; the forward was closed then
@@ -380,14 +389,14 @@ func (w *world) forwardFailed(sr *simRequest, r *router, err *apierr.Error) {
 	a := sr.forward
 	sr.forward, sr.forwardedTo = nil, -1
 	sr.req.Forwarded = false // the peer's mark: at its ingress the request is its own (the proxy's copy never had it)
-	if err.Status() < 500 {
+	sr.at = r.idx
+	next := a.Answered(r.now(), err.Status())
+	r.scheduleExpire()
+	if next == (region.Next{}) { // the answer goes to the client: the attempt ends with it
 		a.End(r.now(), region.Released)
 		w.drop(sr, string(err.Code))
 		return
 	}
-	sr.at = r.idx
-	next := a.End(r.now(), region.ReplicaFailed)
-	r.scheduleExpire()
 	if !next.Retry {
 		w.drop(sr, string(err.Code))
 		return
@@ -531,12 +540,12 @@ func (w *world) checkFault(f Fault) error {
 		return fmt.Errorf("%s needs a non-negative start and a positive duration", f.Kind)
 	}
 	switch f.Kind {
-	case ReplicaCrash, RegionOutage:
+	case ReplicaCrash, RegionOutage, ReplicaHang:
 		i, ok := w.siteAt[f.Region]
 		if !ok {
 			return fmt.Errorf("%s: unknown region %q", f.Kind, f.Region)
 		}
-		if f.Kind == ReplicaCrash && (f.Replica < 0 || f.Replica >= w.cfg.Regions[i].TotalReplicas()) {
+		if f.Kind != RegionOutage && (f.Replica < 0 || f.Replica >= w.cfg.Regions[i].TotalReplicas()) {
 			return fmt.Errorf("%s: region %s has no replica %d", f.Kind, f.Region, f.Replica)
 		}
 	case RTTSpike, LinkLoss:
@@ -580,6 +589,15 @@ func (w *world) fault(f Fault, start bool) {
 			} else {
 				rp.router.recover(rp)
 			}
+		}
+	case ReplicaHang:
+		for _, rp := range w.replicasOf(f) {
+			if start {
+				rp.hung++
+				continue
+			}
+			rp.hung--
+			rp.router.kick(rp)
 		}
 	case RTTSpike:
 		a, b := w.siteAt[f.A], w.siteAt[f.B]

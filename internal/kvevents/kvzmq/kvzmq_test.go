@@ -3,6 +3,7 @@ package kvzmq
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -67,17 +68,24 @@ func follow(t *testing.T, replay bool) (*Publisher, *recorder) {
 
 // ready waits until the follower hears the publisher (PUB/SUB drops what
 // is published before a subscription takes hold): warm-up batches, then
-// a clean record.
+// a sentinel, which the follower tells only after every warm-up batch
+// before it (replayed or not: it delivers in sequence); then a clean
+// record.
 func ready(t *testing.T, p *Publisher, rec *recorder) {
 	t.Helper()
 	testwait.Eventually(t, 30*time.Second, "the follower hears the publisher", func() (bool, string) {
 		if err := p.Publish(batch(-1, kvevents.MapShape)); err != nil {
 			return false, err.Error()
 		}
-		time.Sleep(20 * time.Millisecond)
 		return len(rec.lines()) > 0, "nothing heard"
 	})
-	time.Sleep(200 * time.Millisecond) // replays of the warm-up batches
+	if err := p.Publish(batch(-2, kvevents.MapShape)); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, 30*time.Second, "the follower tells the sentinel after the warm-up batches", func() (bool, string) {
+		got := rec.lines()
+		return slices.Contains(got, "batch -2"), strings.Join(got, "; ")
+	})
 	rec.mu.Lock()
 	rec.log = nil
 	rec.mu.Unlock()
@@ -107,11 +115,21 @@ func TestBatchesArriveInOrderAndGapsAreReplayed(t *testing.T) {
 		}
 	}
 	p.Skip(batch(3, kvevents.MapShape), true) // lost on the way, still buffered
-	time.Sleep(50 * time.Millisecond)
-	if err := p.Publish(batch(4, kvevents.ArrayShape)); err != nil {
-		t.Fatal(err)
+	// Batches after the gap, until the subscription has taken hold and
+	// the follower hears one: then it replays what it missed.
+	next := 4
+	testwait.Eventually(t, 30*time.Second, "the follower hears a batch after the gap", func() (bool, string) {
+		if err := p.Publish(batch(float64(next), kvevents.ArrayShape)); err != nil {
+			return false, err.Error()
+		}
+		next++
+		return len(rec.lines()) > 0, "nothing heard"
+	})
+	var want []string
+	for i := range next {
+		want = append(want, fmt.Sprintf("batch %d", i))
 	}
-	waitFor(t, rec, "batch 0", "batch 1", "batch 2", "batch 3", "batch 4")
+	waitFor(t, rec, want...)
 }
 
 // A gap the replay buffer no longer holds is reported lost, once, and the
