@@ -13,11 +13,13 @@ import (
 
 	"skywalker/internal/eval"
 	"skywalker/internal/report"
+	"skywalker/internal/sim"
 )
 
 func newEvalCommand() *cobra.Command {
 	var (
 		out, scenarioList, variantList, loads, sizes string
+		proxies, sharing, cacheSources               string
 		render                                       string
 		seeds                                        int
 		quiet                                        bool
@@ -53,17 +55,32 @@ against reservation size; every number is the mean of several seeds with a
 				return nil
 			}
 			opt := eval.Options{Seeds: seeds}
+			proxyCounts, err := intList("--proxies", proxies)
+			if err != nil {
+				return err
+			}
+			fleet := func(sc *sim.Scenario) ([]*sim.Scenario, error) {
+				return sim.ScenarioVariants(sc, splitList(cacheSources), proxyCounts, splitList(sharing))
+			}
+			if scenarioList == "" && (proxies != "" || sharing != "" || cacheSources != "") {
+				return fmt.Errorf("--proxies, --dispatch-sharing and --cache-sources vary the scenarios named by --scenarios")
+			}
 			if scenarioList != "" {
 				for _, name := range strings.Split(scenarioList, ",") {
 					sc, err := loadScenario(strings.TrimSpace(name))
 					if err != nil {
 						return fmt.Errorf("--scenarios: %w", err)
 					}
-					opt.Entries = append(opt.Entries, eval.Entries(sc, eval.RoleOf(sc.Name))...)
+					vs, err := fleet(sc)
+					if err != nil {
+						return err
+					}
+					for _, v := range vs {
+						opt.Entries = append(opt.Entries, eval.Entries(v, eval.RoleOf(sc.Name))...)
+					}
 				}
 			}
 			opt.Variants = parseVariants(variantList)
-			var err error
 			if opt.Loads, err = floatList("--loads", loads); err != nil {
 				return err
 			}
@@ -96,6 +113,9 @@ against reservation size; every number is the mean of several seeds with a
 	f.StringVar(&scenarioList, "scenarios", "", "comma-separated scenarios, built-in or YAML files (default: the evaluation's: "+entryNames()+")")
 	f.StringVar(&variantList, "policies", "", "comma-separated policies, policy@region for one router in that region (default: all)")
 	f.IntVar(&seeds, "seeds", 5, "seeds per number")
+	f.StringVar(&proxies, "proxies", "", "evaluate each of --scenarios once per count of proxies in front of every region's engines: comma-separated counts, e.g. 1,2,4")
+	f.StringVar(&sharing, "dispatch-sharing", "", "evaluate each of --scenarios with the proxies of a region telling each other what they dispatch (on) and not (off): comma-separated on, off")
+	f.StringVar(&cacheSources, "cache-sources", "", "evaluate each of --scenarios once per source of the routers' prefix index: comma-separated "+strings.Join(sim.CacheSources, ", "))
 	f.StringVar(&loads, "loads", "", "offered loads of the load curve, comma-separated multiples (default 0.25,0.5,0.75,1,1.1,1.25,1.5)")
 	f.StringVar(&sizes, "sizes", "", "reservations of the size curve, comma-separated multiples of the planned fleet (default 0.75,1,1.25,1.5)")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
@@ -127,6 +147,30 @@ func floatList(flag, s string) ([]float64, error) {
 		out = append(out, x)
 	}
 	return out, nil
+}
+
+// intList reads flag's comma-separated counts ("" is nil).
+func intList(flag, s string) ([]int, error) {
+	var out []int
+	for _, part := range splitList(s) {
+		n, err := strconv.Atoi(part)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is not a count", flag, part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// splitList reads a comma-separated list, its items trimmed ("" is nil).
+func splitList(s string) []string {
+	var out []string
+	for part := range strings.SplitSeq(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
 }
 
 // parseVariants reads a comma-separated list of policies, policy@region

@@ -19,6 +19,7 @@ import (
 func newSimCommand() *cobra.Command {
 	var (
 		scenario, policies, format, out, sweep, trace, cacheSources string
+		proxies, sharing                                            string
 		seed                                                        uint64
 		responsesShare                                              float64
 		quiet, fifo, noAdmission, noCacheTruth, kvEvents, startOver bool
@@ -40,6 +41,10 @@ attainment, cache hit rate and cross-region traffic.`,
 			if cacheSources != "" {
 				opt.CacheSources = strings.Split(cacheSources, ",")
 			}
+			if opt.Proxies, err = intList("--proxies", proxies); err != nil {
+				return err
+			}
+			opt.Sharing = splitList(sharing)
 			if policies != "" {
 				opt.Policies = strings.Split(policies, ",")
 			}
@@ -77,7 +82,7 @@ attainment, cache hit rate and cross-region traffic.`,
 			if len(names) == 0 {
 				names = sc.PolicyNames()
 			}
-			progress := newProgress(cmd.ErrOrStderr(), len(names)*len(scales)*max(len(opt.CacheSources), 1), quiet, "policies simulated")
+			progress := newProgress(cmd.ErrOrStderr(), len(names)*len(scales)*max(len(opt.CacheSources), 1)*max(len(opt.Proxies), 1)*max(len(opt.Sharing), 1), quiet, "policies simulated")
 			defer progress.finish()
 			opt.Progress = func(int, int, *results.Result) { progress.add() }
 			var points []report.SweepPoint
@@ -117,6 +122,8 @@ attainment, cache hit rate and cross-region traffic.`,
 	f.BoolVar(&kvEvents, "kv-events", false, "the engines publish KV events (what their prefix caches store and evict) and the routers' indexes rest on them")
 	f.StringVar(&cacheSources, "cache-sources", "", "run every policy once per source of the routers' prefix index, side by side: comma-separated "+strings.Join(sim.CacheSources, ", ")+
 		" (belief: where prompts were sent; truth: corrected by the engines' cached tokens, the default; events: the engines' KV events)")
+	f.StringVar(&proxies, "proxies", "", "run every policy once per count of proxies in front of each region's engines, side by side: comma-separated counts, e.g. 1,2,4 (clients spread over them; default: the scenario's)")
+	f.StringVar(&sharing, "dispatch-sharing", "", "run every policy with the proxies of a region telling each other what they dispatch (on, the default) or not (off), side by side: comma-separated on, off")
 	return cmd
 }
 

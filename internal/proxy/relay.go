@@ -186,8 +186,9 @@ func (x *exchange) relay(w http.ResponseWriter, r *http.Request, o routed, err e
 
 // outboundRequest is r as the proxy sends it upstream, under ctx: its
 // headers less the hop-by-hop ones (RFC 9110 §7.6.1, and those named in
-// Connection) and the forwarding marker, which a client may not set; no
-// body (each attempt sets its own).
+// Connection), the forwarding marker and the X-Forwarded-* and Forwarded
+// headers, which a client may not set; no body (each attempt sets its
+// own). It is what ReverseProxy made before its Rewrite hook.
 func outboundRequest(ctx context.Context, r *http.Request) *http.Request {
 	out := r.Clone(ctx)
 	out.RequestURI, out.Close = "", false
@@ -208,6 +209,9 @@ func outboundRequest(ctx context.Context, r *http.Request) *http.Request {
 		h.Set("Te", "trailers")
 	}
 	h.Del(ForwardHeader)
+	for _, name := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
+		h.Del(name) // as ReverseProxy's Rewrite drops them: a client may not claim where it came from
+	}
 	if _, ok := h["User-Agent"]; !ok {
 		h.Set("User-Agent", "") // not Go's default: the client sent none
 	}

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -212,5 +213,34 @@ func TestAClaimedJurisdictionIsNotTrusted(t *testing.T) {
 		case granted && (peerHits.Load() != 1 || resp.StatusCode != 200):
 			t.Errorf("granted eu: the peer got %d, the client %d; want it forwarded and served", peerHits.Load(), resp.StatusCode)
 		}
+	}
+}
+
+// The outbound request carries the client's end-to-end headers only: the
+// hop-by-hop ones (and those Connection names), the forwarding marker and
+// the X-Forwarded-* a client could forge are dropped; "TE: trailers" and
+// everything else pass.
+func TestTheOutboundRequestDropsHopByHopHeaders(t *testing.T) {
+	in := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader("{}"))
+	for name, v := range map[string]string{
+		"Connection": "keep-alive, X-Hop", "X-Hop": "1", "Keep-Alive": "timeout=5", "Proxy-Connection": "keep-alive",
+		"Upgrade": "h2c", "Transfer-Encoding": "chunked", "Te": "trailers, gzip", ForwardHeader: "forged",
+		"X-Forwarded-For": "10.0.0.1", "Forwarded": "for=10.0.0.1", "Authorization": "Bearer k", "X-Session-Id": "s-1",
+	} {
+		in.Header.Set(name, v)
+	}
+	out := outboundRequest(context.Background(), in)
+	for _, gone := range []string{"Connection", "X-Hop", "Keep-Alive", "Proxy-Connection", "Upgrade", "Transfer-Encoding", ForwardHeader, "X-Forwarded-For", "Forwarded"} {
+		if v := out.Header.Get(gone); v != "" {
+			t.Errorf("%s: %q went upstream", gone, v)
+		}
+	}
+	for name, want := range map[string]string{"Te": "trailers", "Authorization": "Bearer k", "X-Session-Id": "s-1"} {
+		if got := out.Header.Get(name); got != want {
+			t.Errorf("%s: %q upstream, want %q", name, got, want)
+		}
+	}
+	if out.Body != nil || out.RequestURI != "" || in.Header.Get("Connection") == "" {
+		t.Error("the outbound request keeps the client's body or request URI, or changed the client's headers")
 	}
 }

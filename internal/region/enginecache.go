@@ -395,7 +395,7 @@ func (r *pool) attribute(ec *engineCache, e *kvevents.Event) *chain {
 	// just past that block.
 	if shared >= 0 {
 		for h, ch := range ec.open {
-			if ch.tokenPos < start && start-ch.tokenPos <= ch.blockTokens && shared < len(ch.blocks) && ch.blocks[shared] == parent.blocks[shared] {
+			if ch.tokenPos < start && start-ch.tokenPos <= ch.blockTokens && shared < len(ch.blocks) && shared < len(parent.blocks) && ch.blocks[shared] == parent.blocks[shared] {
 				delete(ec.open, h)
 				ch.tokenPos = start
 				return ch

@@ -62,7 +62,7 @@ func (c *chains) served(req *request.Request, rp *replica) {
 	if c.last == nil {
 		c.last = map[string]request.Home{}
 	}
-	here := request.Home{Region: rp.router.name, Replica: rp.name}
+	here := request.Home{Region: rp.router.region, Replica: rp.name}
 	if c.epochs == nil {
 		c.epochs = map[string]uint32{}
 	}
@@ -89,7 +89,7 @@ func (c *chains) served(req *request.Request, rp *replica) {
 // rp's engine has lost: rp is its home, restarted since it served it (the
 // engine answers 404, as vLLM does for a response it no longer holds).
 func (c *chains) lostAt(req *request.Request, rp *replica) bool {
-	if req.Home.IsZero() || req.Home.Replica != rp.name || req.Home.Region != rp.router.name {
+	if req.Home.IsZero() || req.Home.Replica != rp.name || req.Home.Region != rp.router.region {
 		return false
 	}
 	epoch, ok := c.epochs[req.Session]

@@ -30,7 +30,16 @@ type RegionSpec struct {
 	// Profile, MaxNumSeqs and KVBlocks above are not used: a fleet of
 	// several models. Empty: one pool of the unnamed model "".
 	Pools []PoolSpec
+	// Proxies is how many proxies front the region's engines, each its
+	// own router with its own region core (0: one). Clients' requests are
+	// spread over them in turn, as an L4 load balancer spreads
+	// connections; with Config.ShareDispatches they tell each other what
+	// they dispatch, as the proxies of a region do over the mesh.
+	Proxies int
 }
+
+// proxies is how many proxies front the region.
+func (s RegionSpec) proxies() int { return max(s.Proxies, 1) }
 
 // PoolSpec is one model's replicas in a region.
 type PoolSpec struct {
@@ -109,6 +118,11 @@ type Config struct {
 	// over (the proxy's responses_start_over; the workload's turns resend
 	// their conversation whole, as the prompts they carry say).
 	ResponsesStartOver bool
+	// NoDispatchSharing: the proxies of a region (RegionSpec.Proxies) do
+	// not tell each other what they dispatch; each knows only its own
+	// prompts (and, with KV events, attributes the engines' stores by
+	// them alone).
+	NoDispatchSharing bool
 	// Retries bounds how often a request that failed before its first
 	// byte is routed again; 0 means the proxy's default.
 	Retries int
@@ -219,8 +233,8 @@ func (c *Config) withDefaults() error {
 // regionConfig is the configuration of the pool of spec's replicas of
 // profile prof, as the proxy would build it for a proxy in front of them
 // (see proxy.Config.RegionConfigFor).
-func (c *Config) regionConfig(spec RegionSpec, prof profile.Profile, blockTokens int) region.Config {
-	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: spec.Name, MaxInFlight: c.MaxInFlight,
+func (c *Config) regionConfig(spec RegionSpec, node string, prof profile.Profile, blockTokens int) region.Config {
+	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: node, MaxInFlight: c.MaxInFlight,
 		Prefill: policy.PrefillOf(prof), DecodeStep: prof.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
 		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth, Retries: c.Retries}
 }

@@ -5,30 +5,31 @@ import "time"
 type eventKind uint8
 
 const (
-	evArrival         eventKind = iota // the next workload arrival: a client sends it
-	evReachRouter                      // a request reaches its router across the WAN (a single global router's)
-	evForwardArrive                    // a forwarded request reaches its router
-	evForwardFailed                    // a peer's refusal of a forwarded request reaches its ingress
-	evForwardDone                      // a forwarded request's last byte reaches its ingress
-	evDispatchArrive                   // a request reaches a replica in another region (a single global router's)
-	evRefused                          // a dispatch to a dead replica fails (connection refused)
-	evFirstTokenCheck                  // a dispatch's first-token timeout is read again (and may have passed)
-	evStepEnd                          // a replica's engine step ends
-	evEndNotice                        // the end of a request on a remote replica reaches its router
-	evFirstNotice                      // the first token of a request on a remote replica reaches its router
-	evClientTimeout                    // a client gives up waiting for its first token
-	evScrape                           // a router scrapes its replicas' metrics
-	evScrapeResult                     // a remote replica's metrics reach its router
-	evKVEvents                         // a remote replica's KV events reach its router
-	evHealth                           // a router health-checks its replicas
-	evPump                             // a router's periodic pump: fresh peers' snapshot, held requests re-routed
-	evLoadCheck                        // a router decides whether to publish its load summary
-	evLoadArrive                       // a load summary reaches a peer
-	evDigestPublish                    // a router publishes its prefix digest
-	evDigestArrive                     // a digest reaches a peer
-	evProbe                            // a router probes every peer router
-	evProbeResult                      // a probe's answer (or its timeout) comes back
-	evExpire                           // a held request's deadline
+	evArrival           eventKind = iota // the next workload arrival: a client sends it
+	evReachRouter                        // a request reaches its router across the WAN (a single global router's)
+	evForwardArrive                      // a forwarded request reaches its router
+	evForwardFailed                      // a peer's refusal of a forwarded request reaches its ingress
+	evForwardDone                        // a forwarded request's last byte reaches its ingress
+	evDispatchArrive                     // a request reaches a replica in another region (a single global router's)
+	evRefused                            // a dispatch to a dead replica fails (connection refused)
+	evFirstTokenCheck                    // a dispatch's first-token timeout is read again (and may have passed)
+	evStepEnd                            // a replica's engine step ends
+	evEndNotice                          // the end of a request on a remote replica reaches its router
+	evFirstNotice                        // the first token of a request on a remote replica reaches its router
+	evClientTimeout                      // a client gives up waiting for its first token
+	evScrape                             // a router scrapes its replicas' metrics
+	evScrapeResult                       // a remote replica's metrics reach its router
+	evKVEvents                           // a remote replica's KV events reach its router
+	evHealth                             // a router health-checks its replicas
+	evPump                               // a router's periodic pump: fresh peers' snapshot, held requests re-routed
+	evLoadCheck                          // a router decides whether to publish its load summary
+	evLoadArrive                         // a load summary reaches a peer
+	evSiblingDispatches                  // what another proxy of the region dispatched reaches a proxy
+	evDigestPublish                      // a router publishes its prefix digest
+	evDigestArrive                       // a digest reaches a peer
+	evProbe                              // a router probes every peer router
+	evProbeResult                        // a probe's answer (or its timeout) comes back
+	evExpire                             // a held request's deadline
 	evFaultStart
 	evFaultEnd
 )

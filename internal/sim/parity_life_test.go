@@ -144,7 +144,7 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 	}
 	rp := sd.replica
 	p.step(time.Millisecond)
-	sink{r: p.us, rp: rp}.FirstToken(sd.seq, p.now())
+	sink{rp: rp}.FirstToken(sd.seq, p.now())
 	if _, n, _ := p.router.Answered(ctx, proxyAttempt["d"], 200, true); n != (region.Next{}) { // its first byte, as the relay hears it
 		t.Fatalf("proxy: d's 200 gave %+v, want it passed on", n)
 	}

@@ -281,7 +281,7 @@ func TestProxyAndSimulatorDriveTheRegionAlike(t *testing.T) {
 			t.Fatal(err)
 		}
 		sr.firstToken = w.now
-		sink{r: us, rp: sr.replica}.Finished(&engine.Sequence{ID: sr.req.ID, PromptTokens: sr.req.PromptTokens, Generated: 2, Data: sr}, now())
+		sink{rp: sr.replica}.Finished(&engine.Sequence{ID: sr.req.ID, PromptTokens: sr.req.PromptTokens, Generated: 2, Data: sr}, now())
 	}
 	if len(dispatched) == 0 {
 		t.Fatal("nothing was dispatched: the test exercises no completion")

@@ -28,6 +28,9 @@ func (w *world) result() *results.Result {
 	var predicted, hits, cached, foreseen int64
 	for _, r := range w.routers {
 		for _, rp := range r.replicas {
+			if rp.router != r {
+				continue // an engine another proxy of its region steps: counted there
+			}
 			st := rp.eng.Stats()
 			res.Preemptions += st.Preemptions
 			res.AdapterLoads += st.LoRALoads

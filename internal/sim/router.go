@@ -27,6 +27,7 @@ type simRequest struct {
 	retries     int             // times routed again after failing before its first byte
 	replica     *replica        // where it runs (or is being sent) while dispatched
 	attempt     *region.Attempt // its dispatch, while it has one
+	via         *router         // the router that dispatched it (attempt's)
 	forward     *region.Attempt // the ingress's forward of it, while it has one
 	// routerSawFirst: its dispatch's first token reached its router (its
 	// first-token timeout stops).
@@ -60,7 +61,9 @@ type router struct {
 	w        *world
 	idx      int
 	site     int
-	name     string
+	name     string    // the node's: its region's name, or region-N for its N-th other proxy
+	region   string    // its region's name
+	siblings []*router // the other proxies of its region
 	core     *region.Node
 	replicas []*replica
 	byName   map[string]*replica
@@ -69,19 +72,15 @@ type router struct {
 	sentGen  uint64 // digest generation last published
 	expireAt time.Duration
 	peerBuf  []region.Peer // the core's peers' snapshot, rewritten in place
-	// stepping is set while an engine step's events are applied: a
-	// request dispatched then (an ended one's slot pumped) reaches its
-	// engine once the step is over, in deferred.
-	stepping bool
-	deferred []*simRequest
 }
 
-// newRouter builds the router at site, in front of the replicas of sites
-// (its own only, for a router per region; every site's, for one global
-// router).
-func newRouter(w *world, idx, site int, sites []int) (*router, error) {
+// newRouter builds the router named name at site, in front of the
+// replicas of sites (its own only, for a router per region; every site's,
+// for one global router). shared, if set, are the engines another proxy of
+// the region built: this router fronts the same ones.
+func newRouter(w *world, idx, site int, name string, sites []int, shared []*replica) (*router, error) {
 	spec := w.cfg.Regions[site]
-	r := &router{w: w, idx: idx, site: site, name: spec.Name, expireAt: -1, table: mesh.NewTable(spec.Name, w.cfg.Control),
+	r := &router{w: w, idx: idx, site: site, name: name, region: spec.Name, expireAt: -1, table: mesh.NewTable(spec.Name, w.cfg.Control),
 		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}, byName: map[string]*replica{}}
 	first := w.cfg.Regions[0].PoolSpecs()[0].Profile
 	specs := map[string][]region.ReplicaSpec{}
@@ -96,7 +95,12 @@ func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 			for range ps.Replicas {
 				cfg := engine.Config{Profile: ps.Profile, MaxNumSeqs: ps.MaxNumSeqs, KVBlocks: ps.KVBlocks, MaxLoRAs: ps.MaxLoRAs, LoRALoad: ps.LoRALoad,
 					KVEvents: w.cfg.KVEvents}
-				rp := &replica{name: sp.Name + "-" + strconv.Itoa(n), model: ps.Model, site: s, index: len(r.replicas), router: r, eng: engine.New(cfg), cfg: cfg}
+				var rp *replica
+				if shared != nil {
+					rp = shared[len(r.replicas)]
+				} else {
+					rp = &replica{name: sp.Name + "-" + strconv.Itoa(n), model: ps.Model, site: s, index: len(r.replicas), router: r, eng: engine.New(cfg), cfg: cfg}
+				}
 				n++
 				r.replicas = append(r.replicas, rp)
 				rs := region.ReplicaSpec{Name: rp.name}
@@ -108,7 +112,7 @@ func newRouter(w *world, idx, site int, sites []int) (*router, error) {
 		}
 	}
 	r.core = region.NewNode(func(model string) region.Config {
-		c := w.cfg.regionConfig(spec, models[model].Profile, w.blockTokens)
+		c := w.cfg.regionConfig(spec, name, models[model].Profile, w.blockTokens)
 		c.AdapterLoad = models[model].LoRALoad
 		return c
 	}, func(model string) (policy.Policy, error) {
@@ -199,20 +203,20 @@ func (r *router) delivered(a *region.Attempt) {
 	switch {
 	case a.Dispatched():
 		rp := r.byName[a.Replica]
-		sr.dispatched, sr.replica, sr.attempt, sr.routerSawFirst = r.w.now, rp, a, false
+		sr.dispatched, sr.replica, sr.attempt, sr.via, sr.routerSawFirst = r.w.now, rp, a, r, false
 		r.watchFirstToken(sr, a)
 		switch {
 		case rp.site != r.site:
 			r.w.push(event{at: r.w.now + r.w.oneWay(r.site, rp.site), kind: evDispatchArrive, router: int32(r.idx), req: sr})
-		case r.stepping:
-			r.deferred = append(r.deferred, sr)
+		case r.w.stepping:
+			r.w.deferred = append(r.w.deferred, sr)
 		default:
 			r.reachEngine(sr)
 		}
 	case a.Forwarded():
-		to := r.w.routerAt[a.Peer.Region]
-		sr.forwardedTo, sr.at, sr.forward = to, -1, a
-		r.w.forward(sr, r, r.w.routers[to])
+		to := r.w.proxyOf(a.Peer.Region)
+		sr.forwardedTo, sr.at, sr.forward = to.idx, -1, a
+		r.w.forward(sr, r, to)
 	}
 }
 
@@ -352,41 +356,51 @@ func (r *router) stepEnd(i int, epoch uint32) {
 	if epoch != rp.epoch {
 		return // the engine crashed during the step
 	}
-	r.stepping = true
-	rp.eng.EndStep(r.now(), sink{r: r, rp: rp})
-	r.stepping = false
-	if r.w.cfg.KVEvents {
+	w := r.w
+	w.stepping = true
+	rp.eng.EndStep(r.now(), sink{rp: rp})
+	w.stepping = false
+	if w.cfg.KVEvents {
 		r.publishKVEvents(rp)
 	}
-	for i, sr := range r.deferred {
-		r.deferred[i] = nil
+	for i, sr := range w.deferred {
+		w.deferred[i] = nil
 		if sr.attempt != nil && sr.replica != nil {
-			r.reachEngine(sr)
+			sr.via.reachEngine(sr)
 		}
 	}
-	r.deferred = r.deferred[:0]
+	w.deferred = w.deferred[:0]
 	r.kick(rp)
 }
 
 // publishKVEvents hands the KV events rp's engine recorded since it last
-// published (engine.TakeKVEvents: after each step begins and ends) to its
-// router: at once in its own region, a WAN crossing later for a remote
+// published (engine.TakeKVEvents: after each step begins and ends) to
+// every router in front of it (each proxy of a region subscribes to every
+// engine): at once in its own region, a WAN crossing later for a remote
 // replica.
 func (r *router) publishKVEvents(rp *replica) {
 	ev := rp.eng.TakeKVEvents()
 	if len(ev) == 0 {
 		return
 	}
-	if rp.site == r.site {
-		r.core.EngineEvents(r.now(), rp.name, 0, ev)
-		return
+	for _, to := range r.fronting() {
+		if rp.site == to.site {
+			to.core.EngineEvents(to.now(), rp.name, 0, ev)
+			continue
+		}
+		to.w.push(event{at: to.w.now + to.w.oneWay(rp.site, to.site), kind: evKVEvents, router: int32(to.idx), replica: int32(rp.index), payload: ev})
 	}
-	r.w.push(event{at: r.w.now + r.w.oneWay(rp.site, r.site), kind: evKVEvents, router: int32(r.idx), replica: int32(rp.index), payload: ev})
 }
 
-// sink receives a replica's engine events.
+// fronting is every router in front of r's replicas: r and the other
+// proxies of its region.
+func (r *router) fronting() []*router {
+	return append([]*router{r}, r.siblings...)
+}
+
+// sink receives a replica's engine events; each request's go to the
+// router that dispatched it (simRequest.via).
 type sink struct {
-	r  *router
 	rp *replica
 }
 
@@ -395,17 +409,18 @@ type sink struct {
 // first token has crossed back to it (as the proxy's first byte does).
 func (k sink) FirstToken(s *engine.Sequence, _ time.Time) {
 	sr := s.Data.(*simRequest)
-	sr.firstToken = k.r.w.now
+	r := sr.via
+	sr.firstToken = r.w.now
 	if sr.forward != nil {
-		in := k.r.w.routers[sr.ingress]
-		k.r.w.push(event{at: k.r.w.now + k.r.w.oneWay(k.rp.site, in.site), kind: evFirstNotice, router: int32(in.idx), req: sr, payload: sr.forward})
+		in := r.w.routers[sr.ingress]
+		r.w.push(event{at: r.w.now + r.w.oneWay(k.rp.site, in.site), kind: evFirstNotice, router: int32(in.idx), req: sr, payload: sr.forward})
 	}
-	if k.rp.site == k.r.site {
+	if k.rp.site == r.site {
 		sr.routerSawFirst = true
-		sr.attempt.FirstToken(k.r.now())
+		sr.attempt.FirstToken(r.now())
 		return
 	}
-	k.r.w.push(event{at: k.r.w.now + k.r.w.oneWay(k.rp.site, k.r.site), kind: evFirstNotice, router: int32(k.r.idx), req: sr, payload: sr.attempt})
+	r.w.push(event{at: r.w.now + r.w.oneWay(k.rp.site, r.site), kind: evFirstNotice, router: int32(r.idx), req: sr, payload: sr.attempt})
 }
 
 func (k sink) Token(*engine.Sequence, time.Time) {}
@@ -415,7 +430,7 @@ func (k sink) Token(*engine.Sequence, time.Time) {}
 // — and tells the client.
 func (k sink) Finished(s *engine.Sequence, _ time.Time) {
 	sr := s.Data.(*simRequest)
-	r, rp, w := k.r, k.rp, k.r.w
+	r, rp, w := sr.via, k.rp, sr.via.w
 	sr.seq = nil
 	sr.attempt.CacheReported(s.CachedTokens) // as the engine's usage reports it
 	if rp.site == r.site {
@@ -437,11 +452,36 @@ func (r *router) checkLoad() {
 	}
 	r.w.series.queue(r.site, r.w.now, l.Queued)
 	for _, p := range r.w.routers {
-		if p != r && !r.w.lost(r.site, p.site) {
+		if p.region != r.region && !r.w.lost(r.site, p.site) {
 			r.w.push(event{at: r.w.now + r.w.oneWay(r.site, p.site), kind: evLoadArrive, router: int32(p.idx), replica: int32(r.idx),
 				payload: loadMsg{seq: seq, load: l}})
 		}
 	}
+}
+
+// shareDispatches tells the other proxies of the region what this one
+// dispatched (and what ended) since the last round, as the mesh does
+// every LoadCheck: they hear it a LAN crossing later.
+func (r *router) shareDispatches() {
+	if len(r.siblings) == 0 || r.w.cfg.NoDispatchSharing {
+		return
+	}
+	told := r.core.TakeDispatches()
+	if len(told) == 0 {
+		return
+	}
+	for _, s := range r.siblings {
+		r.w.push(event{at: r.w.now + siblingLatency, kind: evSiblingDispatches, router: int32(s.idx), payload: siblingMsg{from: r.name, dispatches: told}})
+	}
+}
+
+// siblingLatency is a message's way between two proxies of one region.
+const siblingLatency = 500 * time.Microsecond
+
+// siblingMsg is what a proxy tells the others of its region.
+type siblingMsg struct {
+	from       string
+	dispatches []region.SiblingDispatch
 }
 
 // loadMsg is a load summary in flight.
@@ -460,7 +500,7 @@ func (r *router) publishDigest() {
 	}
 	r.sentGen = d.Generation
 	for _, p := range r.w.routers {
-		if p != r {
+		if p.region != r.region {
 			r.w.push(event{at: r.w.now + 3*r.w.oneWay(r.site, p.site), kind: evDigestArrive, router: int32(p.idx), replica: int32(r.idx), payload: d})
 		}
 	}
@@ -473,15 +513,16 @@ type probeResult struct {
 	ok   bool
 }
 
-// probe pings every peer router once: the answer comes back after the
-// link's RTT (with jitter each way), or the probe times out if the link
-// lost it.
+// probe pings one node of every peer region once: the answer comes back
+// after the link's RTT (with jitter each way), or the probe times out if
+// the link lost it.
 func (r *router) probe() {
-	for _, p := range r.w.routers {
-		if p == r {
+	for _, proxies := range r.w.byRegion {
+		p := proxies[0]
+		if p.region == r.region || p == r {
 			continue
 		}
-		res := probeResult{peer: p.name}
+		res := probeResult{peer: p.region}
 		if r.w.lost(r.site, p.site) || r.w.lost(p.site, r.site) {
 			r.w.push(event{at: r.w.now + probeTimeout, kind: evProbeResult, router: int32(r.idx), payload: res})
 			continue
@@ -525,15 +566,17 @@ func (r *router) crash(rp *replica) {
 	r.w.sitePreemptions[rp.site] += rp.eng.Stats().Preemptions
 	rp.eng = engine.New(rp.cfg)
 	if r.w.cfg.KVEvents {
-		r.core.EngineStreamChanged(rp.name, region.StreamRestarted) // its events begin again, from an empty cache
+		for _, to := range r.fronting() {
+			to.core.EngineStreamChanged(rp.name, region.StreamRestarted) // its events begin again, from an empty cache
+		}
 	}
 	for _, sr := range lost {
 		if sr.firstToken >= 0 {
-			r.end(sr, region.BrokeMidStream)
+			sr.via.end(sr, region.BrokeMidStream)
 			r.w.drop(sr, "failed_midstream")
 			continue
 		}
-		r.failedBeforeFirstByte(sr)
+		sr.via.failedBeforeFirstByte(sr)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"skywalker/internal/balancer"
@@ -89,6 +91,9 @@ type ScenarioRegion struct {
 	// BelievedCacheTokens: the routers believe each replica holds this
 	// much KV cache (the engines do not report theirs); see RegionSpec.
 	BelievedCacheTokens int `yaml:"believed_cache_tokens"`
+	// Proxies is how many proxies front the region's engines (0: one);
+	// see RegionSpec.Proxies.
+	Proxies int `yaml:"proxies"`
 }
 
 // ScenarioLink is the RTT of one pair of regions.
@@ -126,6 +131,13 @@ type ScenarioBalancer struct {
 	// ResponsesStartOver lets a chain whose home is gone start over
 	// (Config.ResponsesStartOver).
 	ResponsesStartOver bool `yaml:"responses_start_over"`
+	// CacheSource is what the routers' prefix indexes rest on: belief,
+	// truth (the default) or events (the engines publish KV events); see
+	// Options.CacheSources.
+	CacheSource string `yaml:"cache_source"`
+	// DispatchSharing: the proxies of a region (regions[].proxies) tell
+	// each other what they dispatch; default on.
+	DispatchSharing *bool `yaml:"dispatch_sharing"`
 }
 
 // AdmissionOn reports whether the scenario's balancers admit by SLO.
@@ -281,6 +293,7 @@ func (s *Scenario) validate() error {
 		}
 		check(len(r.Pools) == 0, "regions[%d].pools: list the models first (models)", i)
 		check(r.Replicas >= 1 && r.Replicas <= 64, "regions[%d].replicas must be in 1..64", i)
+		check(r.Proxies >= 0 && r.Proxies <= 16, "regions[%d].proxies must be in 0..16", i)
 		check(r.MaxNumSeqs >= 0 && r.MaxNumSeqs <= 4096, "regions[%d].max_num_seqs must be in 0..4096", i)
 		check(r.KVBlocks >= 0 && r.KVBlocks <= 10_000_000, "regions[%d].kv_blocks must be in 0..10000000", i)
 		if _, err := profile.Lookup(r.Profile); err != nil {
@@ -307,6 +320,7 @@ func (s *Scenario) validate() error {
 	for i, r := range s.Regions {
 		check(r.BelievedCacheTokens >= 0, "regions[%d].believed_cache_tokens must not be negative", i)
 	}
+	check(s.Balancer.CacheSource == "" || slices.Contains(CacheSources, s.Balancer.CacheSource), "balancer.cache_source must be one of %s, not %q", strings.Join(CacheSources, ", "), s.Balancer.CacheSource)
 	check(s.Balancer.MaxQueue >= 0 && s.Balancer.MaxWait >= 0 && s.Balancer.MaxInFlight >= 0 && s.Balancer.TenantMaxHeld >= 0,
 		"balancer values must not be negative")
 	check(s.Control.LoadInterval >= 0 && s.Control.DigestInterval >= 0 && s.Control.Scrape >= 0 && s.Control.ProbeInterval >= 0 && s.Control.MaxWANRTT >= 0,
@@ -409,6 +423,8 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 		MaxInFlight: s.Balancer.MaxInFlight, ResponsesStartOver: s.Balancer.ResponsesStartOver, Control: region.ControlPlane{LoadInterval: s.Control.LoadInterval,
 			DigestInterval: s.Control.DigestInterval, ScrapeInterval: s.Control.Scrape, ProbeInterval: s.Control.ProbeInterval,
 			MaxWANRTT: s.Control.MaxWANRTT}}
+	cfg.NoCacheTruth, cfg.KVEvents = s.Balancer.CacheSource == "belief", s.Balancer.CacheSource == "events"
+	cfg.NoDispatchSharing = s.Balancer.DispatchSharing != nil && !*s.Balancer.DispatchSharing
 	if s.Balancer.AdmissionOn() {
 		for c := range cfg.Balancer.Objectives {
 			cfg.Balancer.Objectives[c] = cfg.SLO
@@ -429,7 +445,7 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 	for i, r := range s.Regions {
 		idx[r.Name] = i
 		spec := RegionSpec{Name: r.Name, Replicas: r.Replicas, Jurisdiction: r.Jurisdiction,
-			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks, BelievedCacheTokens: r.BelievedCacheTokens}
+			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks, BelievedCacheTokens: r.BelievedCacheTokens, Proxies: r.Proxies}
 		if len(s.Models) == 0 {
 			if spec.Profile, err = profile.Lookup(r.Profile); err != nil {
 				return Config{}, nil, err

@@ -30,8 +30,11 @@ type world struct {
 	srcDone         bool
 	siteAt          map[string]int // site name → index in cfg.Regions
 	routers         []*router
-	routerAt        map[string]int // router name (its site's) → index
-	ingress         []int          // site → the router its clients send to
+	byRegion        [][]*router    // site → the routers its clients send to (its proxies, or the one global router)
+	sent            []int          // site → requests its clients sent (they go to its proxies in turn)
+	forwarded       map[string]int // region → forwards sent to it (they go to its proxies in turn)
+	stepping        bool           // an engine step's events are being applied (see router.stepEnd)
+	deferred        []*simRequest  // dispatched while stepping: they reach their engines after the step
 	baseRTT         [][]time.Duration
 	rtt             [][]time.Duration
 	loss            [][]float64
@@ -74,7 +77,7 @@ func newWorld(cfg Config, src workload.Source, span time.Duration, blockTokens i
 	}
 	n := len(cfg.Regions)
 	w := &world{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x51a)), src: src, siteAt: map[string]int{},
-		routerAt: map[string]int{}, ingress: make([]int, n), blockTokens: blockTokens, live: map[*request.Request]*simRequest{},
+		byRegion: make([][]*router, n), sent: make([]int, n), forwarded: map[string]int{}, blockTokens: blockTokens, live: map[*request.Request]*simRequest{},
 		collect: results.NewCollector(cfg.SLO), siteBusy: make([]time.Duration, n), sitePreemptions: make([]int64, n)}
 	bucket := cfg.Bucket
 	if bucket <= 0 {
@@ -136,27 +139,49 @@ func (w *world) buildRouters() error {
 		if !ok {
 			return fmt.Errorf("sim: the router's region %q is not a listed region", w.cfg.Router)
 		}
-		r, err := newRouter(w, 0, site, all)
+		r, err := newRouter(w, 0, site, w.cfg.Router, all, nil)
 		if err != nil {
 			return fmt.Errorf("sim: router in %s: %w", w.cfg.Router, err)
 		}
-		w.routers, w.routerAt[r.name] = []*router{r}, 0
+		w.routers = []*router{r}
+		for i := range w.byRegion {
+			w.byRegion[i] = []*router{r} // every client sends to it
+		}
 		return nil
 	}
 	for site := range all {
-		r, err := newRouter(w, site, site, []int{site})
-		if err != nil {
-			return fmt.Errorf("sim: region %s: %w", w.cfg.Regions[site].Name, err)
+		spec := w.cfg.Regions[site]
+		var shared []*replica
+		for k := range spec.proxies() {
+			name := spec.Name
+			if k > 0 {
+				name = fmt.Sprintf("%s-%d", spec.Name, k)
+			}
+			r, err := newRouter(w, len(w.routers), site, name, []int{site}, shared)
+			if err != nil {
+				return fmt.Errorf("sim: region %s: %w", spec.Name, err)
+			}
+			shared = r.replicas
+			w.routers = append(w.routers, r)
+			w.byRegion[site] = append(w.byRegion[site], r)
 		}
-		w.routers = append(w.routers, r)
-		w.routerAt[r.name] = site
-		w.ingress[site] = site
+		proxies := w.byRegion[site]
+		for _, r := range proxies {
+			for _, s := range proxies {
+				if s != r {
+					r.siblings = append(r.siblings, s)
+				}
+			}
+			if len(r.siblings) > 0 && !w.cfg.NoDispatchSharing {
+				r.core.ShareDispatches(true)
+			}
+		}
 	}
-	// Every router has joined the mesh: its peers are members from the
-	// start, with no load data and no RTT samples yet.
+	// Every router has joined the mesh: the other regions' nodes are
+	// members from the start, with no load data and no RTT samples yet.
 	for _, r := range w.routers {
 		for _, p := range w.routers {
-			if p != r {
+			if p.region != r.region {
 				spec := w.cfg.Regions[p.site]
 				r.table.Join(p.name, mesh.Meta{Region: spec.Name, Jurisdiction: spec.Jurisdiction})
 			}
@@ -207,7 +232,9 @@ func (w *world) pullArrival() error {
 	if !ok {
 		return fmt.Errorf("sim: arrival %s at unknown region %q", a.Request.ID, a.Region)
 	}
-	in := w.ingress[site]
+	proxies := w.byRegion[site]
+	in := proxies[w.sent[site]%len(proxies)].idx
+	w.sent[site]++
 	sr := &simRequest{req: a.Request, client: site, ingress: in, at: -1, forwardedTo: -1, arrival: a.At, firstToken: -1}
 	w.push(event{at: a.At, kind: evArrival, router: int32(in), req: sr})
 	return nil
@@ -311,7 +338,11 @@ func (w *world) handle(e event) error {
 		w.every(evPump, e.router, cp.PumpInterval)
 	case evLoadCheck:
 		r.checkLoad()
+		r.shareDispatches()
 		w.every(evLoadCheck, e.router, cp.LoadCheck)
+	case evSiblingDispatches:
+		told := e.payload.(siblingMsg)
+		r.core.SiblingDispatched(told.from, told.dispatches)
 	case evLoadArrive:
 		msg := e.payload.(loadMsg)
 		r.table.ObserveLoad(w.routers[e.replica].name, 0, msg.seq, msg.load, r.now())
@@ -356,6 +387,16 @@ func (w *world) arrive(sr *simRequest) {
 		return
 	}
 	r.submit(sr)
+}
+
+// proxyOf is the proxy of region a forward to it goes to: its proxies in
+// turn (a peer proxy's address is picked per request, see the proxy's
+// send).
+func (w *world) proxyOf(region string) *router {
+	proxies := w.byRegion[w.siteAt[region]]
+	r := proxies[w.forwarded[region]%len(proxies)]
+	w.forwarded[region]++
+	return r
 }
 
 // forward sends a request across the WAN to a peer router.
@@ -416,7 +457,7 @@ func (w *world) giveUp(sr *simRequest) {
 	case sr.seq != nil:
 		rp := sr.replica
 		rp.eng.Abort(sr.seq)
-		rp.router.end(sr, region.Released)
+		sr.via.end(sr, region.Released)
 	case sr.replica != nil:
 		// On its way to a replica: released when it gets there (gone).
 	case sr.at >= 0:
@@ -429,7 +470,7 @@ func (w *world) giveUp(sr *simRequest) {
 // token and the end after the crossings back: replica to its router, that
 // router to the ingress (a forwarded request), the ingress to the client.
 func (w *world) finish(sr *simRequest, rp *replica, s *engine.Sequence) {
-	r := rp.router
+	r := sr.via
 	back := w.oneWay(rp.site, r.site)
 	if sr.forwardedTo >= 0 {
 		in := w.routers[sr.ingress]
@@ -572,7 +613,7 @@ func (w *world) replicasOf(f Fault) []*replica {
 	var out []*replica
 	for _, r := range w.routers {
 		for _, rp := range r.replicas {
-			if rp.site == site && (f.Kind == RegionOutage || rp.name == f.Region+"-"+fmt.Sprint(f.Replica)) {
+			if rp.router == r && rp.site == site && (f.Kind == RegionOutage || rp.name == f.Region+"-"+fmt.Sprint(f.Replica)) { // each engine once
 				out = append(out, rp)
 			}
 		}
