@@ -13,7 +13,10 @@
 // (Config, YAML, the environment, validation),
 // server.go (listeners, endpoints' wiring, drain), handler.go (parsing and
 // accounting each client request), router.go (the lock around the region
-// core: where a request is routed, and its attempts ended), relay.go (the
+// core, the waiting handlers, and where a request is routed and its
+// attempts ended: all else reaches the core through Router.do), peers.go
+// (the mesh's side: peers in, load and digest out, siblings' dispatches),
+// state.go (snapshots and explanations of the router's state), relay.go (the
 // handler's attempt loop: each attempt sent, its answer judged by the
 // core, retried before the first byte; ReverseProxy as the copier),
 // watch.go (the body that reaches the client, to its end), readahead.go
@@ -22,7 +25,8 @@
 // API: chains sent home, stored responses read and cancelled),
 // kvevents.go (each replica's KV events followed), failover.go
 // (mid-stream failover), forward.go (the authenticated one-hop marker),
-// tls.go (peer TLS), pool.go (replicas: scraping, health checks, models),
+// tls.go (peer TLS), pool.go (replicas: placing them in the pools, scraping,
+// health checks, models),
 // scrape.go (vLLM/SGLang metrics, data-parallel engines combined),
 // demand.go (per-hour demand for the planner), metrics.go (Prometheus).
 package proxy

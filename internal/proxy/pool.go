@@ -391,3 +391,134 @@ func (r *Router) adapterParent(adapter string) string {
 	}
 	return ""
 }
+
+// SetReplicas makes the pool exactly urls (sorted by host), keeping the
+// state of replicas that stay and forgetting those that left; each goes
+// to the pools of the models it serves (see placeReplicas).
+func (r *Router) SetReplicas(urls []*url.URL) error {
+	urls = slices.Clone(urls)
+	slices.SortFunc(urls, func(a, b *url.URL) int { return strings.Compare(a.Host, b.Host) })
+	urls = slices.CompactFunc(urls, func(a, b *url.URL) bool { return a.Host == b.Host })
+	var err error
+	r.do(func(n *region.Node) {
+		byHost := map[string]*replica{}
+		for _, rp := range r.replicas {
+			byHost[rp.host] = rp
+		}
+		r.replicas = r.replicas[:0]
+		for _, u := range urls {
+			rp := byHost[u.Host]
+			if rp == nil {
+				rp = &replica{host: u.Host}
+			}
+			rp.url = u
+			r.replicas = append(r.replicas, rp)
+		}
+		err = r.placeReplicas(n)
+	})
+	return err
+}
+
+// placeReplicas puts every replica in the pool of each model it serves:
+// those the operator pinned it to (model_pools), else the base models its
+// /v1/models lists (an adapter's card names its base as parent); a
+// replica whose models are not known yet goes to the pool of the unnamed
+// model "", which serves what no known pool does. Called inside
+// Router.do, after the replicas or their models changed.
+func (r *Router) placeReplicas(n *region.Node) error {
+	byModel := map[string][]region.ReplicaSpec{}
+	for _, rp := range r.replicas {
+		for _, m := range r.modelsOf(rp) {
+			byModel[m] = append(byModel[m], region.ReplicaSpec{Name: rp.host})
+		}
+	}
+	return n.SetReplicas(byModel)
+}
+
+// modelsOf is the base models rp serves (see placeReplicas).
+func (r *Router) modelsOf(rp *replica) []string {
+	var out []string
+	for model, urls := range r.cfg.ModelPools {
+		for _, u := range urls {
+			if pu, err := url.Parse(u); err == nil && pu.Host == rp.host {
+				out = append(out, model)
+			}
+		}
+	}
+	if len(out) > 0 {
+		slices.Sort(out)
+		return out
+	}
+	cards := rp.models.Load()
+	if cards == nil {
+		return []string{""}
+	}
+	for _, c := range *cards {
+		if c.Parent == "" {
+			out = append(out, c.ID)
+		}
+	}
+	if len(out) == 0 {
+		return []string{""}
+	}
+	return out
+}
+
+// modelsLearned places the replicas again after rp's /v1/models answered
+// with a different list.
+func (r *Router) modelsLearned() (err error) {
+	r.do(func(n *region.Node) { err = r.placeReplicas(n) })
+	return err
+}
+
+// ObserveScrape records one scrape of the named replica, in every pool it
+// serves: the status and body of its /metrics answer (status 0: the
+// scrape failed). A page without vLLM or SGLang names leaves the engine's
+// queue unknown. It reports whether the engine exposed queue metrics.
+func (r *Router) ObserveScrape(replica string, mark region.ScrapeMark, status int, page io.Reader) bool {
+	var m region.Metrics
+	if status == http.StatusOK && page != nil {
+		m, _ = parseEngineMetrics(page)
+	}
+	r.do(func(n *region.Node) { n.Scraped(replica, m, mark) })
+	return m.Known
+}
+
+// MarkScrape is called as a scrape of the named replica begins; its mark
+// goes to ObserveScrape.
+func (r *Router) MarkScrape(replica string) (mark region.ScrapeMark) {
+	r.do(func(n *region.Node) { mark = n.MarkScrape(replica) })
+	return mark
+}
+
+// ObserveHealth records one health check of the named replica.
+func (r *Router) ObserveHealth(replica string, ok bool) {
+	r.do(func(n *region.Node) {
+		n.HealthChecked(replica, ok)
+		r.endUnansweredIfEjected(replica)
+	})
+}
+
+// modelCards returns the union of the replicas' model cards, one per id
+// (the first replica's, in pool order), sorted by id, and whether any
+// replica reported its models yet.
+func (r *Router) modelCards() ([]modelCard, bool) {
+	seen := map[string]bool{}
+	known := false
+	var out []modelCard
+	for _, rp := range r.replicaSides() {
+		cards := rp.models.Load()
+		if cards == nil {
+			continue
+		}
+		known = true
+		for _, m := range *cards {
+			if !seen[m.ID] {
+				seen[m.ID] = true
+				out = append(out, m)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b modelCard) int { return strings.Compare(a.ID, b.ID) })
+	return out, known
+}

@@ -3,8 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"io"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -12,9 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"skywalker/internal/apierr"
-	"skywalker/internal/digest"
-	"skywalker/internal/mesh"
 	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
@@ -46,8 +41,10 @@ func (rp *replica) name() string { return rp.host }
 // replicas' state and prefix index, and the peers' snapshot, and building
 // every policy view). The router adds only what HTTP needs: replicas'
 // URLs and which models they serve, waiting handlers, and a ring of
-// recent decisions. Every method is safe for concurrent use, and the lock
-// is held only for in-memory work.
+// recent decisions. This file holds the lock, the waiting handlers and a
+// request's attempts; everything else reaches the core through do
+// (peers.go, state.go, pool.go, kvevents.go, responses.go). Every method is
+// safe for concurrent use, and the lock is held only for in-memory work.
 type Router struct {
 	mu        sync.Mutex
 	lockCount atomic.Int64 // acquisitions of mu, ever (see lock)
@@ -119,84 +116,6 @@ func NewRouter(cfg Config, opts RouterOptions) (*Router, error) {
 		return rc
 	}, policyFor, r.delivered)
 	return r, nil
-}
-
-// SetReplicas makes the pool exactly urls (sorted by host), keeping the
-// state of replicas that stay and forgetting those that left; each goes
-// to the pools of the models it serves (see placeReplicas).
-func (r *Router) SetReplicas(urls []*url.URL) error {
-	urls = slices.Clone(urls)
-	slices.SortFunc(urls, func(a, b *url.URL) int { return strings.Compare(a.Host, b.Host) })
-	urls = slices.CompactFunc(urls, func(a, b *url.URL) bool { return a.Host == b.Host })
-	r.lock()
-	defer r.mu.Unlock()
-	byHost := map[string]*replica{}
-	for _, rp := range r.replicas {
-		byHost[rp.host] = rp
-	}
-	r.replicas = r.replicas[:0]
-	for _, u := range urls {
-		rp := byHost[u.Host]
-		if rp == nil {
-			rp = &replica{host: u.Host}
-		}
-		rp.url = u
-		r.replicas = append(r.replicas, rp)
-	}
-	return r.placeReplicas()
-}
-
-// placeReplicas puts every replica in the pool of each model it serves:
-// those the operator pinned it to (model_pools), else the base models its
-// /v1/models lists (an adapter's card names its base as parent); a
-// replica whose models are not known yet goes to the pool of the unnamed
-// model "", which serves what no known pool does. Called with mu held,
-// after the replicas or their models changed.
-func (r *Router) placeReplicas() error {
-	byModel := map[string][]region.ReplicaSpec{}
-	for _, rp := range r.replicas {
-		for _, m := range r.modelsOf(rp) {
-			byModel[m] = append(byModel[m], region.ReplicaSpec{Name: rp.host})
-		}
-	}
-	return r.core.SetReplicas(byModel)
-}
-
-// modelsOf is the base models rp serves (see placeReplicas).
-func (r *Router) modelsOf(rp *replica) []string {
-	var out []string
-	for model, urls := range r.cfg.ModelPools {
-		for _, u := range urls {
-			if pu, err := url.Parse(u); err == nil && pu.Host == rp.host {
-				out = append(out, model)
-			}
-		}
-	}
-	if len(out) > 0 {
-		slices.Sort(out)
-		return out
-	}
-	cards := rp.models.Load()
-	if cards == nil {
-		return []string{""}
-	}
-	for _, c := range *cards {
-		if c.Parent == "" {
-			out = append(out, c.ID)
-		}
-	}
-	if len(out) == 0 {
-		return []string{""}
-	}
-	return out
-}
-
-// modelsLearned places the replicas again after rp's /v1/models answered
-// with a different list.
-func (r *Router) modelsLearned() error {
-	r.lock()
-	defer r.mu.Unlock()
-	return r.placeReplicas()
 }
 
 // do runs fn on the router's node, under the router's lock: the one way
@@ -303,20 +222,6 @@ func (r *Router) settle(a *region.Attempt, how region.Outcome, cachedTokens int,
 // (region.Attempt.Continue).
 func (r *Router) Continue(ctx context.Context, a *region.Attempt) (routed, region.Next, error) {
 	return r.await(ctx, a.Request, func() region.Next { return a.Continue(r.now()) })
-}
-
-// clockOffset is peer region's wall clock less ours as the mesh measured
-// it from its load summaries (zero if unknown).
-func (r *Router) clockOffset(peer string) (offset time.Duration) {
-	r.do(func(n *region.Node) {
-		for _, p := range n.Peers() {
-			if p.Region == peer {
-				offset = p.ClockOffset
-				return
-			}
-		}
-	})
-	return offset
 }
 
 // errReplicaEjected ends the attempts still waiting at a replica the
@@ -471,226 +376,3 @@ func (r *Router) releaseLocked(o routed) {
 	r.answeredLocked(o.Attempt)
 	o.End(r.now(), region.Released)
 }
-
-// Pump refreshes the peers' snapshot from the mesh and re-routes held
-// requests: every PumpInterval and after every scrape round.
-func (r *Router) Pump() {
-	var peers []region.Peer
-	r.lock()
-	src := r.mesh
-	r.mu.Unlock()
-	share := false
-	if src != nil {
-		peers = grantJurisdictions(src.Peers(), r.cfg.PeerJurisdictions)
-		if s, ok := src.(interface{ Siblings() int }); ok {
-			share = s.Siblings() > 0 // other proxies of this region: tell them what is dispatched
-		}
-	}
-	r.lock()
-	defer r.mu.Unlock()
-	if share != r.sharing {
-		r.sharing = share
-		r.core.ShareDispatches(share)
-	}
-	r.core.SetPeers(peers)
-	r.core.Pump(r.now())
-}
-
-// TakeDispatches implements mesh.DispatchSharer: what this proxy
-// dispatched (and what ended) since the last call, for the other proxies
-// of its region.
-func (r *Router) TakeDispatches() []region.SiblingDispatch {
-	r.lock()
-	defer r.mu.Unlock()
-	return r.core.TakeDispatches()
-}
-
-// SiblingDispatched implements mesh.DispatchSharer: what another proxy of
-// this region told.
-func (r *Router) SiblingDispatched(from string, told []region.SiblingDispatch) {
-	r.lock()
-	defer r.mu.Unlock()
-	r.core.SiblingDispatched(from, told)
-}
-
-// grantJurisdictions is peers (a snapshot it does not modify) with each
-// region's jurisdiction as the operator granted it, whatever it claimed:
-// none for a region not granted one.
-func grantJurisdictions(peers []region.Peer, granted map[string]string) []region.Peer {
-	out := make([]region.Peer, len(peers))
-	for i, p := range peers {
-		p.Jurisdiction = granted[p.Region]
-		out[i] = p
-	}
-	return out
-}
-
-// setPeerSource attaches the mesh once it exists (it needs the router).
-func (r *Router) setPeerSource(p PeerSource) {
-	r.lock()
-	r.mesh = p
-	r.mu.Unlock()
-}
-
-// ObserveScrape records one scrape of the named replica, in every pool it
-// serves: the status and body of its /metrics answer (status 0: the
-// scrape failed). A page without vLLM or SGLang names leaves the engine's
-// queue unknown. It reports whether the engine exposed queue metrics.
-func (r *Router) ObserveScrape(replica string, mark region.ScrapeMark, status int, page io.Reader) bool {
-	var m region.Metrics
-	if status == http.StatusOK && page != nil {
-		m, _ = parseEngineMetrics(page)
-	}
-	r.lock()
-	defer r.mu.Unlock()
-	r.core.Scraped(replica, m, mark)
-	return m.Known
-}
-
-// MarkScrape is called as a scrape of the named replica begins; its mark
-// goes to ObserveScrape.
-func (r *Router) MarkScrape(replica string) region.ScrapeMark {
-	r.lock()
-	defer r.mu.Unlock()
-	return r.core.MarkScrape(replica)
-}
-
-// ObserveHealth records one health check of the named replica.
-func (r *Router) ObserveHealth(replica string, ok bool) {
-	r.lock()
-	defer r.mu.Unlock()
-	r.core.HealthChecked(replica, ok)
-	r.endUnansweredIfEjected(replica)
-}
-
-// View returns a copy of the view the policy would route req by now (in
-// the pool of its base model; empty if there is none).
-func (r *Router) View(req *request.Request) policy.View {
-	r.lock()
-	defer r.mu.Unlock()
-	v, _ := r.core.Explain(req)
-	return v
-}
-
-// ReplicaStates is the core's bookkeeping of every replica.
-func (r *Router) ReplicaStates() []region.ReplicaState {
-	r.lock()
-	defer r.mu.Unlock()
-	return r.core.Snapshot(r.now()).Replicas
-}
-
-// snapshot is a consistent copy of the router's state, for the readers
-// that need all of it (the debug endpoint, the metrics collector, the
-// server's accessors); replicaSides is the cheap part. With the request
-// path's methods, they are the only places that take the router's lock.
-type snapshot struct {
-	region.Snapshot
-	policy   string
-	replicas []*replica // the HTTP sides, in the core's order
-	recent   []Decision // oldest first
-	sharing  bool       // telling the region's other proxies what is dispatched
-}
-
-// replicaSides is the replicas' HTTP sides, in the core's order: the cheap
-// part of a snapshot, for the request path (the model check) and the
-// pool's loops.
-func (r *Router) replicaSides() []*replica {
-	r.lock()
-	defer r.mu.Unlock()
-	return slices.Clone(r.replicas)
-}
-
-func (r *Router) snapshot() snapshot {
-	r.lock()
-	defer r.mu.Unlock()
-	out := snapshot{Snapshot: r.core.Snapshot(r.now()), policy: r.cfg.Policy, replicas: slices.Clone(r.replicas), sharing: r.sharing}
-	for i := range len(r.recent) {
-		if d := r.recent[(r.recentNext+i)%len(r.recent)]; d.ID != "" {
-			out.recent = append(out.recent, d)
-		}
-	}
-	return out
-}
-
-// Decide returns the decision the policy would make for req now, without
-// routing it (a rejection when no pool serves its model here).
-func (r *Router) Decide(req *request.Request) policy.Decision {
-	r.lock()
-	defer r.mu.Unlock()
-	_, d := r.core.Explain(req)
-	return d
-}
-
-// Load implements mesh.Source: this node's load summary.
-func (r *Router) Load() region.Load {
-	r.lock()
-	defer r.mu.Unlock()
-	l := r.core.Load()
-	l.Draining = r.draining
-	return l
-}
-
-// drain marks the router draining: its load summary says so, and peers
-// stop forwarding to this node.
-func (r *Router) drain() {
-	r.lock()
-	defer r.mu.Unlock()
-	r.draining = true
-}
-
-// flushHeld answers every held request with e and returns how many.
-func (r *Router) flushHeld(e *apierr.Error) int {
-	r.lock()
-	defer r.mu.Unlock()
-	return r.core.Flush(r.now(), e)
-}
-
-// Digest implements mesh.Source: the digest of the prefix index.
-func (r *Router) Digest() *digest.Digest {
-	r.lock()
-	defer r.mu.Unlock()
-	return r.core.Digest()
-}
-
-// healthyReplicas counts replicas in service.
-func (r *Router) healthyReplicas() int {
-	r.lock()
-	defer r.mu.Unlock()
-	return r.core.Load().Replicas
-}
-
-// queued is the number of held requests.
-func (r *Router) queued() int {
-	r.lock()
-	defer r.mu.Unlock()
-	return r.core.Load().Queued
-}
-
-// modelCards returns the union of the replicas' model cards, one per id
-// (the first replica's, in pool order), sorted by id, and whether any
-// replica reported its models yet.
-func (r *Router) modelCards() ([]modelCard, bool) {
-	seen := map[string]bool{}
-	known := false
-	var out []modelCard
-	for _, rp := range r.replicaSides() {
-		cards := rp.models.Load()
-		if cards == nil {
-			continue
-		}
-		known = true
-		for _, m := range *cards {
-			if !seen[m.ID] {
-				seen[m.ID] = true
-				out = append(out, m)
-			}
-		}
-	}
-	slices.SortFunc(out, func(a, b modelCard) int { return strings.Compare(a.ID, b.ID) })
-	return out, known
-}
-
-var (
-	_ mesh.Source         = (*Router)(nil)
-	_ mesh.DispatchSharer = (*Router)(nil)
-)

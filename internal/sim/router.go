@@ -225,10 +225,24 @@ func (r *router) delivered(a *region.Attempt) {
 const refusedAfter = time.Millisecond
 
 // watchFirstToken starts the first-token timeout of a dispatch, as the
-// proxy's does: read from the core now and again every
-// firstTokenRecheck while the attempt waits (the region keeps learning).
+// proxy's does: read from the core now, and again when it is reached
+// (the region keeps learning). While nothing is learned yet (the
+// initial timeout, a minute) it is read every firstTokenRecheck, as the
+// proxy reads it, so that a hung engine's first attempts time out as soon
+// as other replicas' first tokens say how long is too long; a learned
+// timeout moves slowly, and reading it only when it is reached spares an
+// event per waiting request per second.
 func (r *router) watchFirstToken(sr *simRequest, a *region.Attempt) {
-	r.w.push(event{at: r.w.now + min(a.FirstTokenTimeout(), firstTokenRecheck), kind: evFirstTokenCheck, router: int32(r.idx), req: sr, payload: a})
+	r.w.push(event{at: r.w.now + firstTokenWait(a.FirstTokenTimeout()), kind: evFirstTokenCheck, router: int32(r.idx), req: sr, payload: a})
+}
+
+// firstTokenWait is when a dispatch whose timeout is left is checked
+// next (see watchFirstToken).
+func firstTokenWait(left time.Duration) time.Duration {
+	if left >= region.InitialFirstTokenTimeout {
+		return min(left, firstTokenRecheck)
+	}
+	return left
 }
 
 // firstTokenRecheck is how often a waiting dispatch's learned timeout is
@@ -246,7 +260,7 @@ func (r *router) checkFirstToken(sr *simRequest, a *region.Attempt) {
 	waited := r.w.now - sr.dispatched
 	limit := a.FirstTokenTimeout()
 	if waited < limit {
-		r.w.push(event{at: r.w.now + min(limit-waited, firstTokenRecheck), kind: evFirstTokenCheck, router: int32(r.idx), req: sr, payload: a})
+		r.w.push(event{at: r.w.now + firstTokenWait(limit-waited), kind: evFirstTokenCheck, router: int32(r.idx), req: sr, payload: a})
 		return
 	}
 	r.w.timeouts++
