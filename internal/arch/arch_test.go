@@ -316,3 +316,34 @@ func TestTheDocsListEveryPackageAndProxyFile(t *testing.T) {
 		t.Error("internal/proxy: no files read: the rule checks nothing")
 	}
 }
+
+// README's "Two commands" are exactly two — the demo and the test command
+// — and .ci/run calls that same test command.
+func TestTheReadmesTwoCommandsAreWhatCIRuns(t *testing.T) {
+	root := filepath.Join("..", "..")
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## Two commands")
+	if !ok {
+		t.Fatal("README.md has no Two commands section")
+	}
+	_, block, _ := strings.Cut(section, "```sh\n")
+	block, _, _ = strings.Cut(block, "```")
+	var commands []string
+	for line := range strings.SplitSeq(strings.TrimSpace(block), "\n") {
+		cmd, _, _ := strings.Cut(line, "#")
+		commands = append(commands, strings.TrimSpace(cmd))
+	}
+	if len(commands) != 2 || commands[0] != "go run ./cmd/skywalker demo" {
+		t.Fatalf("README's two commands are %q: want the demo, then the test command", commands)
+	}
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Split(string(ci), "\n"), commands[1]) {
+		t.Errorf(".ci/run does not run the README's test command %q", commands[1])
+	}
+}
