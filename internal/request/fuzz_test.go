@@ -148,6 +148,7 @@ func FuzzParseResponses(f *testing.F) {
 	f.Add([]byte(`{"model":"m","input":"hi","previous_response_id":"resp_1","instructions":"be brief"}`))
 	f.Add([]byte(`{"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]},{"type":"function_call","call_id":"c","name":"f","arguments":"{}"}],"tools":[{}]}`))
 	f.Add([]byte(`{"input":[{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"x"}]}],"prompt_cache_key":"k"}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"x"}],"session_id":"s","prompt_cache_key":null}`))
 	f.Add([]byte(`{"input":[{"role":"assistant","content":"x"}],"previous_response_id":"a","previous_response_id":"b","previous_response_id":null}`))
 	f.Add([]byte(`{"input":"x","previous_response_id":"a","previous_response_id":"b"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {

@@ -318,6 +318,14 @@ func (p *parser) topField(key []byte) error {
 			p.req.Session, p.req.Affinity, p.req.cacheKey = v, v, true
 		}
 		return err
+	case "session_id":
+		// vLLM's body session key: affinity as the session header, below
+		// prompt_cache_key.
+		v, err := p.stringField("session_id")
+		if v != "" && !p.req.cacheKey {
+			p.req.Session, p.req.Affinity, p.req.sessionKey = v, v, true
+		}
+		return err
 	case "store":
 		v, err := p.boolField("store")
 		p.req.Store = v
@@ -341,7 +349,7 @@ func (p *parser) topField(key []byte) error {
 		return p.streamOptions()
 	case "user":
 		v, err := p.stringField("user")
-		if v != "" && !p.req.cacheKey {
+		if v != "" && !p.req.cacheKey && !p.req.sessionKey {
 			p.req.Session = v
 		}
 		return err

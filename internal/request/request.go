@@ -48,13 +48,14 @@ type Request struct {
 
 	Residency string // jurisdiction the request must be served in, lower case; "" for anywhere
 	// Session is the client's session or user key — prompt_cache_key,
-	// else user or metadata.session_id — for consistent hashing; may be
-	// empty.
-	Session  string
-	cacheKey bool // Session is the body's prompt_cache_key
+	// else session_id, else user or metadata.session_id — for consistent
+	// hashing; may be empty.
+	Session    string
+	cacheKey   bool // Session is the body's prompt_cache_key
+	sessionKey bool // Session is the body's session_id
 	// Affinity is the client's explicit session key for session affinity:
-	// the body's prompt_cache_key, else the session header
-	// (SetAffinityHeader). Empty: none.
+	// the body's prompt_cache_key, else its session_id (as vLLM reads
+	// it), else the session header (SetAffinityHeader). Empty: none.
 	Affinity string
 
 	// PreviousResponse is a Responses request's previous_response_id, as
@@ -111,9 +112,9 @@ type Request struct {
 
 // SetAffinityHeader takes the session header's value (x-session-id, or
 // the configured one) as the affinity key, unless the body gave a
-// prompt_cache_key.
+// prompt_cache_key or a session_id.
 func (r *Request) SetAffinityHeader(value string) {
-	if value = strings.TrimSpace(value); value != "" && !r.cacheKey {
+	if value = strings.TrimSpace(value); value != "" && !r.cacheKey && !r.sessionKey {
 		r.Affinity = value
 	}
 }

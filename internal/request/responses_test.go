@@ -139,3 +139,30 @@ func q(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// A session's key comes from the body's prompt_cache_key, else its
+// session_id (vLLM's), else the session header, whatever the keys' order;
+// user names a session for hashing only, never for affinity.
+func TestTheSessionKeyComesFromTheBodyThenTheHeader(t *testing.T) {
+	for _, tc := range []struct {
+		body, header      string
+		session, affinity string
+	}{
+		{`{"session_id":"s","messages":[{"role":"user","content":"x"}]}`, "h", "s", "s"},
+		{`{"messages":[{"role":"user","content":"x"}],"session_id":"s","prompt_cache_key":"k"}`, "h", "k", "k"},
+		{`{"prompt_cache_key":"k","session_id":"s","messages":[{"role":"user","content":"x"}]}`, "", "k", "k"},
+		{`{"user":"u","session_id":"s","messages":[{"role":"user","content":"x"}]}`, "", "s", "s"},
+		{`{"session_id":"s","user":"u","messages":[{"role":"user","content":"x"}]}`, "", "s", "s"},
+		{`{"user":"u","messages":[{"role":"user","content":"x"}]}`, "h", "u", "h"},
+		{`{"session_id":"","messages":[{"role":"user","content":"x"}]}`, "h", "", "h"},
+	} {
+		r := mustParse(t, Chat, tc.body)
+		r.SetAffinityHeader(tc.header)
+		if r.Session != tc.session || r.Affinity != tc.affinity {
+			t.Errorf("%s with header %q: session %q, affinity %q; want %q, %q", tc.body, tc.header, r.Session, r.Affinity, tc.session, tc.affinity)
+		}
+	}
+	if _, err := Parse(Chat, []byte(`{"session_id":7,"messages":[{"role":"user","content":"x"}]}`), Options{}); err == nil || !strings.Contains(err.Error(), "session_id") {
+		t.Errorf("a numeric session_id: %v, want an error naming session_id", err)
+	}
+}
