@@ -15,6 +15,7 @@ import (
 	"skywalker/internal/node"
 	"skywalker/internal/node/nodetest"
 	"skywalker/internal/proxy"
+	"skywalker/internal/request"
 )
 
 // kvEngine starts a simulated vLLM that publishes its KV events on
@@ -248,11 +249,26 @@ func TestTwoProxiesOfARegionHoldTheSameIndex(t *testing.T) {
 			}
 			return r
 		}
-		before := debugReplicas(t, then)
 		opened := ask(first, "first turn")
+		// then has heard the first turn once its view of the second turn
+		// matches at that replica the prefix first's does.
+		second := fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":"second turn"}]}`, system)
+		probe, err := request.Parse(request.Chat, []byte(second), request.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		probe.SetPool("m", "")
+		matched := func(p *node.Node) int {
+			for _, rp := range p.Proxy.Router().View(probe).Local.Replicas {
+				if rp.Name == opened.replica {
+					return rp.PrefixBlocks
+				}
+			}
+			return -1
+		}
 		nodetest.Eventually(t, nodetest.Converge, "what "+first.Mesh.Name()+" dispatched reaches "+then.Mesh.Name(), func() (bool, string) {
-			was, now := before[opened.replica].IndexedBlocks, debugReplicas(t, then)[opened.replica].IndexedBlocks
-			return now > was, fmt.Sprintf("%s indexes %d blocks at %s, as before the first turn", then.Mesh.Name(), now, opened.replica)
+			want, now := matched(first), matched(then)
+			return want > 0 && now >= want, fmt.Sprintf("%s matches %d blocks of the second turn at %s, %s %d", then.Mesh.Name(), now, opened.replica, first.Mesh.Name(), want)
 		})
 		next := ask(then, "second turn")
 		if next.replica != opened.replica || next.reason != "local-prefix" || strings.Contains(next.body, `"cached_tokens":0}`) {
