@@ -251,24 +251,27 @@ func TestTwoProxiesOfARegionHoldTheSameIndex(t *testing.T) {
 		}
 		opened := ask(first, "first turn")
 		// then has heard the first turn once its view of the second turn
-		// matches at that replica the prefix first's does.
+		// matches at that replica the prefix first's does; and it sees the
+		// replica idle again (a scrape still counting the first turn, on a
+		// starved machine, would make it look busier than the others).
 		second := fmt.Sprintf(`{"model":"m","messages":[{"role":"system","content":%q},{"role":"user","content":"second turn"}]}`, system)
 		probe, err := request.Parse(request.Chat, []byte(second), request.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		probe.SetPool("m", "")
-		matched := func(p *node.Node) int {
+		seen := func(p *node.Node) (prefix, busy int) {
 			for _, rp := range p.Proxy.Router().View(probe).Local.Replicas {
 				if rp.Name == opened.replica {
-					return rp.PrefixBlocks
+					return rp.PrefixBlocks, rp.Running + rp.Waiting + rp.InFlight
 				}
 			}
-			return -1
+			return -1, -1
 		}
-		nodetest.Eventually(t, nodetest.Converge, "what "+first.Mesh.Name()+" dispatched reaches "+then.Mesh.Name(), func() (bool, string) {
-			want, now := matched(first), matched(then)
-			return want > 0 && now >= want, fmt.Sprintf("%s matches %d blocks of the second turn at %s, %s %d", then.Mesh.Name(), now, opened.replica, first.Mesh.Name(), want)
+		nodetest.Eventually(t, nodetest.Converge, "what "+first.Mesh.Name()+" dispatched reaches "+then.Mesh.Name()+", and the replica is idle there", func() (bool, string) {
+			want, _ := seen(first)
+			now, busy := seen(then)
+			return want > 0 && now >= want && busy == 0, fmt.Sprintf("%s matches %d blocks of the second turn at %s (%s %d), %d requests there", then.Mesh.Name(), now, opened.replica, first.Mesh.Name(), want, busy)
 		})
 		next := ask(then, "second turn")
 		if next.replica != opened.replica || next.reason != "local-prefix" || strings.Contains(next.body, `"cached_tokens":0}`) {
