@@ -32,16 +32,8 @@ func TestTheCoreImportsNoDriverAndNoEngine(t *testing.T) {
 	}
 	for _, r := range rules {
 		dir := filepath.Join("..", r.pkg)
-		entries, err := os.ReadDir(dir)
-		if err != nil {
-			t.Fatalf("%s: %v", r.pkg, err)
-		}
 		files := 0
-		for _, e := range entries {
-			name := e.Name()
-			if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-				continue
-			}
+		for _, name := range sourceFiles(t, dir) {
 			f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, name), nil, parser.ImportsOnly)
 			if err != nil {
 				t.Fatalf("%s/%s: %v", r.pkg, name, err)
@@ -88,16 +80,8 @@ func TestTheCoreSurfaceStaysWithinItsBudget(t *testing.T) {
 // exported type declared in dir's non-test files.
 func exportedMethods(t *testing.T, dir string) []string {
 	t.Helper()
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			continue
-		}
+	for _, name := range sourceFiles(t, dir) {
 		f, err := parser.ParseFile(token.NewFileSet(), filepath.Join(dir, name), nil, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
@@ -126,16 +110,8 @@ func exportedMethods(t *testing.T, dir string) []string {
 // parameters, variables) or a field named router.
 func TestTheRouterLockIsTakenOnlyInItsFile(t *testing.T) {
 	dir := filepath.Join("..", "proxy")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sites := 0
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			continue
-		}
+	for _, name := range sourceFiles(t, dir) {
 		fset := token.NewFileSet()
 		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, 0)
 		if err != nil {
@@ -297,14 +273,9 @@ func TestTheDocsListEveryPackageAndProxyFile(t *testing.T) {
 		}
 	}
 	text := strings.Join(words, " ")
-	entries, err := os.ReadDir(filepath.Join("..", "proxy"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	files := 0
-	for _, e := range entries {
-		name := e.Name()
-		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") || name == "doc.go" {
+	for _, name := range sourceFiles(t, filepath.Join("..", "proxy")) {
+		if name == "doc.go" {
 			continue
 		}
 		files++
@@ -346,4 +317,20 @@ func TestTheReadmesTwoCommandsAreWhatCIRuns(t *testing.T) {
 	if !slices.Contains(strings.Split(string(ci), "\n"), commands[1]) {
 		t.Errorf(".ci/run does not run the README's test command %q", commands[1])
 	}
+}
+
+// sourceFiles lists the names of dir's Go files, tests left out.
+func sourceFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if name := e.Name(); !e.IsDir() && strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+			out = append(out, name)
+		}
+	}
+	return out
 }

@@ -64,6 +64,7 @@ type router struct {
 	name     string    // the node's: its region's name, or region-N for its N-th other proxy
 	region   string    // its region's name
 	siblings []*router // the other proxies of its region
+	front    []*router // every router in front of its replicas: itself and its siblings
 	core     *region.Node
 	replicas []*replica
 	byName   map[string]*replica
@@ -82,6 +83,7 @@ func newRouter(w *world, idx, site int, name string, sites []int, shared []*repl
 	spec := w.cfg.Regions[site]
 	r := &router{w: w, idx: idx, site: site, name: name, region: spec.Name, expireAt: -1, table: mesh.NewTable(spec.Name, w.cfg.Control),
 		loads: region.LoadPublisher{Interval: w.cfg.Control.LoadInterval}, byName: map[string]*replica{}}
+	r.front = []*router{r}
 	first := w.cfg.Regions[0].PoolSpecs()[0].Profile
 	specs := map[string][]region.ReplicaSpec{}
 	models := map[string]PoolSpec{} // each model's first pool: its profile and adapters
@@ -397,19 +399,13 @@ func (r *router) publishKVEvents(rp *replica) {
 	if len(ev) == 0 {
 		return
 	}
-	for _, to := range r.fronting() {
+	for _, to := range r.front {
 		if rp.site == to.site {
 			to.core.EngineEvents(to.now(), rp.name, 0, ev)
 			continue
 		}
 		to.w.push(event{at: to.w.now + to.w.oneWay(rp.site, to.site), kind: evKVEvents, router: int32(to.idx), replica: int32(rp.index), payload: ev})
 	}
-}
-
-// fronting is every router in front of r's replicas: r and the other
-// proxies of its region.
-func (r *router) fronting() []*router {
-	return append([]*router{r}, r.siblings...)
 }
 
 // sink receives a replica's engine events; each request's go to the
@@ -580,7 +576,7 @@ func (r *router) crash(rp *replica) {
 	r.w.sitePreemptions[rp.site] += rp.eng.Stats().Preemptions
 	rp.eng = engine.New(rp.cfg)
 	if r.w.cfg.KVEvents {
-		for _, to := range r.fronting() {
+		for _, to := range r.front {
 			to.core.EngineStreamChanged(rp.name, region.StreamRestarted) // its events begin again, from an empty cache
 		}
 	}

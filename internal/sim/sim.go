@@ -172,6 +172,7 @@ func (w *world) buildRouters() error {
 					r.siblings = append(r.siblings, s)
 				}
 			}
+			r.front = append([]*router{r}, r.siblings...)
 			if len(r.siblings) > 0 && !w.cfg.NoDispatchSharing {
 				r.core.ShareDispatches(true)
 			}
