@@ -6,7 +6,10 @@
 // Every layer (request parsing, the balancer queue, the proxy, the engine
 // server) reports client-visible failures as an *Error so the client gets a
 // status it can act on (400, 404, 413, 429 with Retry-After, 503) and a
-// sentence that says why.
+// sentence that says why. Clients of Anthropic's Messages API get the same
+// errors in Anthropic's shape (see Shape):
+//
+//	{"type": "error", "error": {"type": "overloaded_error", "message": "..."}}
 package apierr
 
 import (
@@ -145,18 +148,8 @@ func (e *Error) JSON() []byte {
 	return out
 }
 
-// Write sends err to the client: status, Retry-After when set, and the JSON
-// body. Errors that are not *Error are sent as 500.
-func Write(w http.ResponseWriter, err error) {
-	e := From(err)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	if s := e.RetryAfterSeconds(); s > 0 {
-		h.Set("Retry-After", strconv.Itoa(s))
-	}
-	w.WriteHeader(e.Status())
-	_, _ = w.Write(e.JSON())
-}
+// Write sends err to the client in OpenAI's shape (see WriteAs).
+func Write(w http.ResponseWriter, err error) { WriteAs(w, err, OpenAI) }
 
 // RetryAfterSeconds is the Retry-After a client gets, in whole seconds:
 // RetryAfter rounded up, and at least 1 for every 429 and 503 (a client
@@ -167,4 +160,96 @@ func (e *Error) RetryAfterSeconds() int {
 		secs = 1
 	}
 	return secs
+}
+
+// Shape is the error format of the API a client speaks: the same *Error
+// is rendered in OpenAI's shape or in Anthropic's, whose SDKs retry on
+// their own statuses and types.
+type Shape int
+
+// The error shapes.
+const (
+	// OpenAI: {"error": {"message", "type", "param", "code"}} (the default).
+	OpenAI Shape = iota
+	// Anthropic: {"type": "error", "error": {"type", "message"}}, with
+	// Anthropic's statuses: 429 rate_limit_error (with retry-after) for
+	// every refusal to start now, and 529 overloaded_error for every
+	// 503 (no replica could take it, held past its deadline, draining).
+	Anthropic
+)
+
+// AnthropicStatus is the HTTP status the error has in Anthropic's API:
+// Status, except that a 503 is Anthropic's 529 (overloaded).
+func (e *Error) AnthropicStatus() int {
+	if st := e.Status(); st != http.StatusServiceUnavailable {
+		return st
+	}
+	return StatusOverloaded
+}
+
+// StatusOverloaded is Anthropic's 529: the API is temporarily overloaded.
+const StatusOverloaded = 529
+
+// AnthropicType is the Anthropic error "type" for the error's code.
+func (e *Error) AnthropicType() string {
+	switch e.AnthropicStatus() {
+	case http.StatusBadRequest, http.StatusRequestTimeout:
+		return "invalid_request_error"
+	case http.StatusForbidden:
+		return "permission_error"
+	case http.StatusNotFound:
+		return "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		return "request_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limit_error"
+	case StatusOverloaded:
+		return "overloaded_error"
+	default:
+		return "api_error"
+	}
+}
+
+type anthropicBody struct {
+	Type  string         `json:"type"`
+	Error anthropicError `json:"error"`
+}
+type anthropicError struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// Render is the error's body in shape. Anthropic's shape has no param
+// field: the parameter leads the message instead.
+func (e *Error) Render(shape Shape) []byte {
+	if shape != Anthropic {
+		return e.JSON()
+	}
+	msg := e.Message
+	if e.Param != "" {
+		msg = e.Param + ": " + msg
+	}
+	out, _ := json.Marshal(anthropicBody{Type: "error", Error: anthropicError{Type: e.AnthropicType(), Message: msg}})
+	return out
+}
+
+// StatusIn is the error's HTTP status in shape.
+func (e *Error) StatusIn(shape Shape) int {
+	if shape == Anthropic {
+		return e.AnthropicStatus()
+	}
+	return e.Status()
+}
+
+// WriteAs sends err to the client in shape: status, Retry-After when
+// set, and the body. Errors that are not *Error are sent as 500.
+func WriteAs(w http.ResponseWriter, err error, shape Shape) {
+	e := From(err)
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if s := e.RetryAfterSeconds(); s > 0 {
+		h.Set("Retry-After", strconv.Itoa(s))
+	}
+	w.WriteHeader(e.StatusIn(shape))
+	_, _ = w.Write(e.Render(shape))
 }

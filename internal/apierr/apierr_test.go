@@ -64,3 +64,39 @@ func TestWriteTurnsPlainErrorsInto500(t *testing.T) {
 		t.Errorf("Invalid: %+v %q", e, e.Error())
 	}
 }
+
+func TestAnthropicShapeStatusesAndTypes(t *testing.T) {
+	tests := []struct {
+		code   Code
+		status int
+		typ    string
+	}{
+		{InvalidRequest, 400, "invalid_request_error"},
+		{BodyTooLarge, 413, "request_too_large"},
+		{ModelNotFound, 404, "not_found_error"},
+		{Forbidden, 403, "permission_error"},
+		{QueueFull, 429, "rate_limit_error"},
+		{Overloaded, 429, "rate_limit_error"},
+		{QueueTimeout, 529, "overloaded_error"},
+		{Unavailable, 529, "overloaded_error"},
+		{Upstream, 502, "api_error"},
+		{Internal, 500, "api_error"},
+	}
+	for _, tc := range tests {
+		rec := httptest.NewRecorder()
+		WriteAs(rec, &Error{Code: tc.code, Param: "messages", Message: "why"}, Anthropic)
+		var body struct {
+			Type  string
+			Error struct{ Type, Message string }
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Fatalf("%s: %v", tc.code, err)
+		}
+		if rec.Code != tc.status || body.Type != "error" || body.Error.Type != tc.typ || body.Error.Message != "messages: why" {
+			t.Errorf("%s: status %d body %s, want %d type %s", tc.code, rec.Code, rec.Body, tc.status, tc.typ)
+		}
+		if retry := rec.Header().Get("Retry-After"); (tc.status == 429 || tc.status == 529) != (retry != "") {
+			t.Errorf("%s: status %d with Retry-After %q", tc.code, rec.Code, retry)
+		}
+	}
+}

@@ -21,14 +21,16 @@ import (
 	"skywalker/internal/results"
 )
 
-// completion handles /v1/chat/completions and /v1/completions: parse,
+// completion handles every inference endpoint (see request.Kind): parse,
 // route, then stream from a local replica or a peer region, retrying
-// before the first byte on another target.
+// before the first byte on another target. Errors the proxy makes are in
+// the endpoint's API's shape (request.Kind.Shape).
 func (s *Server) completion(kind request.Kind) http.HandlerFunc {
+	shape := kind.Shape()
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.draining.Load() {
 			s.closeWhenDraining(w.Header())
-			apierr.Write(w, &apierr.Error{Code: apierr.Unavailable, Message: "this proxy is shutting down", RetryAfter: time.Second})
+			apierr.WriteAs(w, &apierr.Error{Code: apierr.Unavailable, Message: "this proxy is shutting down", RetryAfter: time.Second}, shape)
 			return
 		}
 		s.active.Add(1)
@@ -44,7 +46,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			// then overrun the budget together.
 			if refusal := s.bodies.reserve(client, BodyMemoryFactor*declared); refusal != nil {
 				abandonBody(rc, r)
-				s.reject(w, refusal, "overloaded")
+				s.reject(w, shape, refusal, "overloaded")
 				return
 			}
 			paced.charged = BodyMemoryFactor * declared
@@ -63,12 +65,12 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			if e, ok := apierr.As(err); ok && e.Code == apierr.Overloaded {
 				outcome = "overloaded"
 			}
-			s.reject(w, err, outcome)
+			s.reject(w, shape, err, outcome)
 			return
 		}
 		_ = rc.SetReadDeadline(time.Time{}) // the body is in; the connection may idle again
 		if err := s.applyHeaders(req, r); err != nil {
-			s.reject(w, err, "bad_request")
+			s.reject(w, shape, err, "bad_request")
 			return
 		}
 		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
@@ -77,12 +79,12 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			fwd, err := s.acceptForward(r, marker, body, arrival)
 			if err != nil {
 				s.refused(r, "forwarding marker refused", err)
-				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
+				s.reject(w, shape, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
 				return
 			}
 			req.ID, req.Region, req.Tenant, req.Forwarded = fwd.ID, fwd.Origin, fwd.Tenant, true
 			if !req.AllowedIn(s.cfg.Jurisdiction) {
-				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Param: "metadata.data_residency",
+				s.reject(w, shape, &apierr.Error{Code: apierr.Forbidden, Param: "metadata.data_residency",
 					Message: "a request resident in " + req.Residency + " may not be served in " + s.cfg.Region}, "forbidden")
 				return
 			}
@@ -91,7 +93,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			// (the verified marker vouches for them): these limits are on
 			// what this region's own clients may ask for, and a region
 			// with other limits must not refuse its peers' requests.
-			s.reject(w, err, "bad_request")
+			s.reject(w, shape, err, "bad_request")
 			return
 		}
 		if target, ok := s.cfg.ModelAliases[req.Model]; ok {
@@ -103,7 +105,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			if refused.Code == apierr.InvalidRequest {
 				outcome = "bad_request"
 			}
-			s.reject(w, refused, outcome)
+			s.reject(w, shape, refused, outcome)
 			return
 		}
 		req.SetPool(base, adapter)
@@ -117,7 +119,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			}
 			var refused *apierr.Error
 			if chain.home, refused = s.goHome(req, body); refused != nil {
-				s.reject(w, refused, "bad_request")
+				s.reject(w, shape, refused, "bad_request")
 				return
 			}
 		}
@@ -310,11 +312,12 @@ func (s *Server) closeWhenDraining(h http.Header) {
 	}
 }
 
-func (s *Server) reject(w http.ResponseWriter, err error, outcome string) {
+// reject answers a request the proxy refuses before routing it, in shape.
+func (s *Server) reject(w http.ResponseWriter, shape apierr.Shape, err error, outcome string) {
 	s.closeWhenDraining(w.Header())
 	e := apierr.From(err)
 	s.metrics.requests.WithLabelValues(s.cfg.Region, "", outcome).Inc()
-	apierr.Write(w, e)
+	apierr.WriteAs(w, e, shape)
 }
 
 // models serves /v1/models: the engines' own model cards (union over the

@@ -318,8 +318,8 @@ func (x *exchange) sendAndAwait(o routed, body []byte) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if x.kind == request.Responses && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		err = awaitFirstToken(resp)
+	if events := firstTokenEvents[x.kind]; events != nil && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		err = awaitFirstToken(resp, events)
 	} else {
 		err = awaitFirstByte(resp)
 	}
@@ -484,7 +484,7 @@ func (s *Server) relayError(w http.ResponseWriter, r *http.Request, x *exchange,
 	}
 	x.rejected = e
 	s.closeWhenDraining(w.Header())
-	apierr.Write(w, e)
+	apierr.WriteAs(w, e, x.kind.Shape())
 }
 
 // bodyReader is an upstream request body that reports when the transport

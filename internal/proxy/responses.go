@@ -148,11 +148,16 @@ func errorResponse(resp *http.Response, e *apierr.Error) *http.Response {
 		Header: h, Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)), Request: resp.Request}
 }
 
-// responseEvents are the Responses stream events that come with or after
-// the first token: the first of them is the stream's first token (vLLM
-// sends response.created and in_progress at once, before it).
-var responseEvents = [][]byte{[]byte("response.output_text.delta"), []byte("response.output_item.done"), []byte("response.completed"),
-	[]byte("response.incomplete"), []byte("response.failed"), []byte(`"error"`)}
+// firstTokenEvents are, for the endpoints whose streams open with events
+// before the first token, the events that come with or after it: the
+// first of them is the stream's first token. vLLM sends a Responses
+// stream's response.created and in_progress at once; a Messages stream
+// opens with message_start, content_block_start and ping.
+var firstTokenEvents = map[request.Kind][][]byte{
+	request.Responses: {[]byte("response.output_text.delta"), []byte("response.output_item.done"), []byte("response.completed"),
+		[]byte("response.incomplete"), []byte("response.failed"), []byte(`"error"`)},
+	request.Messages: {[]byte("event: content_block_delta"), []byte("event: message_stop"), []byte("event: error")},
+}
 
 // maxOpening bounds what is read ahead of a Responses stream's first
 // token.
@@ -162,13 +167,13 @@ const maxOpening = 64 << 10
 // until the first token's event, so that an engine that fails during
 // prefill has still sent the client nothing (the request can go
 // elsewhere) and the first token is timed when it comes.
-func awaitFirstToken(resp *http.Response) error {
+func awaitFirstToken(resp *http.Response, firstTokenEvents [][]byte) error {
 	var head []byte
 	buf := make([]byte, 4096)
 	for {
 		n, err := resp.Body.Read(buf)
 		head = append(head, buf[:n]...)
-		if err == io.EOF || len(head) >= maxOpening || containsAny(head, responseEvents) {
+		if err == io.EOF || len(head) >= maxOpening || containsAny(head, firstTokenEvents) {
 			resp.Body = &prefixedBody{head: head, ReadCloser: resp.Body, eof: err == io.EOF}
 			return nil
 		}
@@ -207,17 +212,17 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 			fwd, err := s.acceptForward(r, marker, []byte(signed), time.Now())
 			if err != nil {
 				s.refused(r, "forwarding marker refused", err)
-				s.reject(w, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
+				s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
 				return
 			}
 			req.Tenant, req.Forwarded = fwd.Tenant, true
 		} else if err := s.applyHeaders(req, r); err != nil {
-			s.reject(w, err, "bad_request")
+			s.reject(w, apierr.OpenAI, err, "bad_request")
 			return
 		}
 		ref, e := s.decodeResponse(id, chainTenant(req), "response_id", apierr.ResponseNotFound)
 		if e != nil {
-			s.reject(w, e, "not_found")
+			s.reject(w, apierr.OpenAI, e, "not_found")
 			return
 		}
 		var up *http.Request
@@ -226,7 +231,7 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 		case home.Region == s.cfg.Region:
 			rp, healthy := s.router.replicaNamed(home.Replica)
 			if rp == nil || !healthy {
-				s.reject(w, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
+				s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
 					Message: fmt.Sprintf("response %q is no longer available: the replica that held it (%s) is out of service", id, home.Replica)}, "not_found")
 				return
 			}
@@ -239,18 +244,18 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 			up.Header.Del(ForwardHeader)
 			mapID = s.engineIDs(home.Replica, req)
 		case req.Forwarded:
-			s.reject(w, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id", Message: fmt.Sprintf("response %q does not live in %s", id, s.cfg.Region)}, "not_found")
+			s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id", Message: fmt.Sprintf("response %q does not live in %s", id, s.cfg.Region)}, "not_found")
 			return
 		default:
 			addr, ok := s.router.peerAddr(home.Region)
 			if !ok {
-				s.reject(w, &apierr.Error{Code: apierr.Unavailable, RetryAfter: time.Second,
+				s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.Unavailable, RetryAfter: time.Second,
 					Message: fmt.Sprintf("the region that holds response %q (%s) is not reachable now", id, home.Region)}, "unavailable")
 				return
 			}
 			base, err := parseBase(addr)
 			if err != nil {
-				s.reject(w, apierr.New(apierr.Internal, "peer address %q: %v", addr, err), "unavailable")
+				s.reject(w, apierr.OpenAI, apierr.New(apierr.Internal, "peer address %q: %v", addr, err), "unavailable")
 				return
 			}
 			up = r.Clone(r.Context())
@@ -266,12 +271,12 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 		up.Body, up.ContentLength = http.NoBody, 0
 		resp, err := s.upstream.RoundTrip(up)
 		if err != nil {
-			s.reject(w, &apierr.Error{Code: apierr.Upstream, Message: fmt.Sprintf("response %q: its home did not answer: %v", id, err)}, "failed")
+			s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.Upstream, Message: fmt.Sprintf("response %q: its home did not answer: %v", id, err)}, "failed")
 			return
 		}
 		if resp.StatusCode == http.StatusNotFound && mapID != nil {
 			drain(resp)
-			s.reject(w, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
+			s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
 				Message: fmt.Sprintf("response %q is no longer available: the engine that held it no longer has it", id)}, "not_found")
 			return
 		}

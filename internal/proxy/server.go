@@ -209,6 +209,17 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", s.completion(request.Chat))
 	mux.HandleFunc("POST /v1/completions", s.completion(request.Completion))
 	mux.HandleFunc("POST /v1/responses", s.completion(request.Responses))
+	mux.HandleFunc("POST /v1/messages", s.completion(request.Messages))
+	mux.HandleFunc("POST /v1/messages/count_tokens", s.completion(request.CountTokens))
+	mux.HandleFunc("POST /v1/embeddings", s.completion(request.Embeddings))
+	for _, path := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
+		mux.HandleFunc("POST "+path, s.completion(request.Rerank))
+	}
+	for _, path := range []string{"/score", "/v1/score"} {
+		mux.HandleFunc("POST "+path, s.completion(request.Score))
+	}
+	mux.HandleFunc("POST /tokenize", s.completion(request.Tokenize))
+	mux.HandleFunc("POST /detokenize", s.completion(request.Detokenize))
 	mux.HandleFunc("GET /v1/responses/{id}", s.responseOp(false))
 	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.responseOp(true))
 	mux.HandleFunc("GET /v1/models", s.models)

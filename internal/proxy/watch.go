@@ -124,7 +124,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 			if err == errDrained {
 				e = &apierr.Error{Code: apierr.Unavailable, Message: errDrained.Error(), RetryAfter: time.Second}
 			}
-			b.tail = append(append([]byte("data: "), e.JSON()...), '\n', '\n')
+			b.tail = streamError(x.kind, e)
 			return n, nil
 		}
 	}
@@ -170,6 +170,16 @@ func (b *watchedBody) settle() {
 	}
 }
 
+// streamError is the event that ends a broken stream, in the endpoint's
+// shape: Anthropic's error event for Messages, a data event with OpenAI's
+// error object for the rest.
+func streamError(kind request.Kind, e *apierr.Error) []byte {
+	if kind.Shape() == apierr.Anthropic {
+		return append(append([]byte("event: error\ndata: "), e.Render(apierr.Anthropic)...), '\n', '\n')
+	}
+	return append(append([]byte("data: "), e.JSON()...), '\n', '\n')
+}
+
 // relayCounter estimates output tokens from what streams by: one per SSE
 // data event (vLLM sends one token per chunk), or the usage the body
 // reports.
@@ -177,25 +187,27 @@ type relayCounter struct {
 	sse        bool
 	chunks     int // SSE data events
 	usage      int // completion_tokens, if the body reported usage
-	cached     int // usage.prompt_tokens_details.cached_tokens, when cachedSeen
+	cached     int // usage.prompt_tokens_details.cached_tokens (Messages: cache_read_input_tokens), when cachedSeen
 	cachedSeen bool
-	done       bool   // the event stream's data: [DONE] went by
+	done       bool   // the event stream's data: [DONE] (Messages: message_stop) went by
 	tail       []byte // carry-over for patterns split across reads
 }
 
 var (
 	dataPrefix      = []byte("data: {")
 	doneEvent       = []byte("data: [DONE]")
+	messageStop     = []byte("event: message_stop")
 	completionField = []byte(`"completion_tokens":`)
 	outputField     = []byte(`"output_tokens":`) // the Responses API's usage
 	cachedField     = []byte(`"cached_tokens":`)
+	cacheReadField  = []byte(`"cache_read_input_tokens":`) // Anthropic's usage
 )
 
 func (o *relayCounter) count(b []byte) {
 	chunk := append(o.tail, b...)
 	if o.sse {
 		o.chunks += bytes.Count(chunk, dataPrefix) - bytes.Count(o.tail, dataPrefix)
-		o.done = o.done || bytes.Contains(chunk, doneEvent)
+		o.done = o.done || bytes.Contains(chunk, doneEvent) || bytes.Contains(chunk, messageStop)
 	}
 	if n, ok := lastNumberAfter(chunk, completionField); ok {
 		o.usage = n
@@ -203,6 +215,8 @@ func (o *relayCounter) count(b []byte) {
 		o.usage = n
 	}
 	if n, ok := lastNumberAfter(chunk, cachedField); ok {
+		o.cached, o.cachedSeen = n, true
+	} else if n, ok := lastNumberAfter(chunk, cacheReadField); ok {
 		o.cached, o.cachedSeen = n, true
 	}
 	keep := min(len(chunk), 64)

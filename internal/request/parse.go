@@ -14,25 +14,53 @@ import (
 // DefaultMaxBodyBytes bounds request bodies (16 MiB), as the proxy's default.
 const DefaultMaxBodyBytes = 16 << 20
 
-// Kind says which OpenAI endpoint a body was sent to.
+// Kind says which endpoint a body was sent to.
 type Kind int
 
 // The endpoints a body can be parsed for.
 const (
-	Chat       Kind = iota // POST /v1/chat/completions
-	Completion             // POST /v1/completions
-	Responses              // POST /v1/responses
+	Chat        Kind = iota // POST /v1/chat/completions
+	Completion              // POST /v1/completions
+	Responses               // POST /v1/responses
+	Messages                // POST /v1/messages (Anthropic)
+	CountTokens             // POST /v1/messages/count_tokens (Anthropic)
+	Embeddings              // POST /v1/embeddings
+	Rerank                  // POST /v1/rerank, /rerank, /v2/rerank (vLLM, Cohere, Jina)
+	Score                   // POST /v1/score, /score (vLLM)
+	Tokenize                // POST /tokenize (vLLM)
+	Detokenize              // POST /detokenize (vLLM)
 )
 
+var kindNames = [...]string{Chat: "chat", Completion: "completion", Responses: "responses", Messages: "messages",
+	CountTokens: "count_tokens", Embeddings: "embeddings", Rerank: "rerank", Score: "score", Tokenize: "tokenize", Detokenize: "detokenize"}
+
 func (k Kind) String() string {
-	switch k {
-	case Completion:
-		return "completion"
-	case Responses:
-		return "responses"
+	if k < 0 || int(k) >= len(kindNames) {
+		return "chat"
 	}
-	return "chat"
+	return kindNames[k]
 }
+
+// Generates reports whether the endpoint generates tokens. The others
+// (embeddings, rerank, score: a prefill and a pooled output; tokenize,
+// detokenize and count_tokens: the engine's tokenizer only) parse into a
+// Request of one output token and no prefix blocks: they are routed by
+// load, with no prefix credit (a pooling model keeps no KV cache to reuse).
+func (k Kind) Generates() bool {
+	return k == Chat || k == Completion || k == Responses || k == Messages
+}
+
+// Shape is the error shape of the endpoint's API: Anthropic's for
+// Messages and count_tokens, OpenAI's for the rest.
+func (k Kind) Shape() apierr.Shape {
+	if k == Messages || k == CountTokens {
+		return apierr.Anthropic
+	}
+	return apierr.OpenAI
+}
+
+// anthropic: the body is in Anthropic's Messages shape.
+func (k Kind) anthropic() bool { return k == Messages || k == CountTokens }
 
 // Options configure parsing; the zero value means the defaults.
 type Options struct {
@@ -147,10 +175,16 @@ func parse(kind Kind, s scanner, sizeHint int, opts Options) (*Request, []byte, 
 		return nil, p.s.data, err
 	}
 	req := &p.req
+	if !kind.Generates() {
+		// One pooled output (or none at all), and no blocks to reuse.
+		req.MaxTokens, p.chain.blocks = 1, nil
+	}
 	bpt := opts.BytesPerToken
 	req.PromptTokens = p.promptTokens + (len(rendered)-p.tokenBytes+bpt-1)/bpt
 	req.BlockTokens = max(opts.BlockBytes/bpt, 1)
-	p.chain.hash(rendered)
+	if p.chain.blocks != nil {
+		p.chain.hash(rendered)
+	}
 	req.Blocks = p.chain.blocks
 	body := p.s.data
 	p.s, p.chain = scanner{}, blockChain{} // the request must not pin the pooled buffers
@@ -173,6 +207,8 @@ type parser struct {
 	// instructions (as a system message), then its tools.
 	front                     []byte
 	sawInstructions, sawTools bool
+	// sawPair: a rerank or score body's second side (documents, text_2).
+	sawPair bool
 }
 
 // list is the name of the body's message list, for error parameters.
@@ -210,12 +246,28 @@ func (p *parser) parse() error {
 	}
 	if !p.sawPrompt {
 		switch p.kind {
-		case Chat:
+		case Chat, Messages, CountTokens:
 			return apierr.Invalid("messages", "messages is required")
-		case Responses:
+		case Responses, Embeddings:
 			return apierr.Invalid("input", "input is required")
+		case Rerank:
+			return apierr.Invalid("query", "query is required")
+		case Score:
+			return apierr.Invalid("text_1", "text_1 (or queries) is required")
+		case Tokenize:
+			return apierr.Invalid("prompt", "prompt or messages is required")
+		case Detokenize:
+			return apierr.Invalid("tokens", "tokens is required")
 		}
 		return apierr.Invalid("prompt", "prompt is required")
+	}
+	switch {
+	case p.kind == Rerank && !p.sawPair:
+		return apierr.Invalid("documents", "documents is required")
+	case p.kind == Score && !p.sawPair:
+		return apierr.Invalid("text_2", "text_2 (or documents) is required")
+	case p.kind == Messages && p.req.MaxTokens == 0:
+		return apierr.Invalid("max_tokens", "max_tokens is required")
 	}
 	return nil
 }
@@ -234,7 +286,7 @@ func (p *parser) topField(key []byte) error {
 		p.req.Model = v
 		return err
 	case "messages":
-		if p.kind != Chat {
+		if p.kind != Chat && !p.kind.anthropic() && p.kind != Tokenize {
 			return s.skip()
 		}
 		if p.sawPrompt {
@@ -243,23 +295,31 @@ func (p *parser) topField(key []byte) error {
 		p.sawPrompt = true
 		return p.messages()
 	case "prompt":
-		if p.kind != Completion {
+		if p.kind != Completion && p.kind != Tokenize {
 			return s.skip()
 		}
 		if p.sawPrompt {
 			return apierr.Invalid("prompt", "prompt is given twice")
 		}
 		p.sawPrompt = true
-		return p.prompt()
+		return p.prompt("prompt")
 	case "input":
-		if p.kind != Responses {
+		if p.kind != Responses && p.kind != Embeddings {
 			return s.skip()
 		}
 		if p.sawPrompt {
 			return apierr.Invalid("input", "input is given twice")
 		}
 		p.sawPrompt = true
+		if p.kind == Embeddings {
+			return p.prompt("input")
+		}
 		return p.input()
+	case "system":
+		if !p.kind.anthropic() {
+			return s.skip()
+		}
+		return p.system()
 	case "instructions":
 		if p.kind != Responses {
 			return s.skip()
@@ -279,7 +339,7 @@ func (p *parser) topField(key []byte) error {
 		p.front = append(instr, p.front...)
 		return nil
 	case "tools":
-		if p.kind != Responses {
+		if p.kind != Responses && !p.kind.anthropic() {
 			return s.skip()
 		}
 		if p.sawTools {
@@ -355,6 +415,8 @@ func (p *parser) topField(key []byte) error {
 		return err
 	case "metadata":
 		return p.metadata()
+	case "query", "text_1", "queries", "data_1", "documents", "text_2", "items", "data_2", "tokens", "encoding_format", "dimensions":
+		return p.poolingField(string(key))
 	case "priority":
 		if null, err := s.null(); null || err != nil {
 			return err
@@ -458,8 +520,8 @@ func (p *parser) metadata() error {
 			v, err := p.stringField("metadata.data_residency")
 			p.req.Residency = strings.ToLower(strings.TrimSpace(v))
 			return err
-		case "session_id":
-			v, err := p.stringField("metadata.session_id")
+		case "session_id", "user_id": // user_id: Anthropic's metadata
+			v, err := p.stringField("metadata." + string(key))
 			if p.req.Session == "" {
 				p.req.Session = v
 			}
@@ -582,6 +644,9 @@ func (p *parser) message(i int) error {
 	if role == "" {
 		return apierr.Invalid(fmt.Sprintf("%s[%d].role", p.list(), i), "role is required")
 	}
+	if p.kind.anthropic() && role != "user" && role != "assistant" {
+		return apierr.Invalid(fmt.Sprintf("%s[%d].role", p.list(), i), "role must be user or assistant (the system prompt is the top-level system field), not %q", role)
+	}
 	r := append(p.s.out, unitSep)
 	r = append(r, role...)
 	r = append(r, unitSep)
@@ -647,6 +712,9 @@ func (p *parser) contentPart(i, j int) error {
 			p.s.out = append(p.s.out, raw...)
 			return err
 		default:
+			if p.kind.anthropic() {
+				return p.anthropicBlockField(key, param)
+			}
 			return s.skip()
 		}
 	})
@@ -756,7 +824,7 @@ func (p *parser) item(i int) error {
 
 // prompt renders a completions prompt: a string, an array of strings, an
 // array of token ids, or an array of such arrays.
-func (p *parser) prompt() error {
+func (p *parser) prompt(param string) error {
 	s := &p.s
 	switch s.peek() {
 	case '"':
@@ -776,17 +844,17 @@ func (p *parser) prompt() error {
 				err = s.appendString()
 				return err
 			case '[':
-				return s.array(func(int) error { return p.tokenID(fmt.Sprintf("prompt[%d]", i)) })
+				return s.array(func(int) error { return p.tokenID(fmt.Sprintf("%s[%d]", param, i)) })
 			default:
-				return p.tokenID("prompt")
+				return p.tokenID(param)
 			}
 		})
 		if err == nil && empty {
-			return apierr.Invalid("prompt", "prompt must not be empty")
+			return apierr.Invalid(param, "%s must not be empty", param)
 		}
 		return err
 	default:
-		return apierr.Invalid("prompt", "prompt must be a string or an array, found %s", s.kind())
+		return apierr.Invalid(param, "%s must be a string or an array, found %s", param, s.kind())
 	}
 }
 

@@ -14,20 +14,21 @@ import (
 	"skywalker/internal/request"
 )
 
-// complete serves /v1/chat/completions and /v1/completions.
+// complete serves /v1/chat/completions, /v1/completions and Anthropic's
+// /v1/messages.
 func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.Kind) {
 	req, _, err := request.ParseFrom(kind, r.Body, r.ContentLength, nil, s.cfg.Parse)
 	if err != nil {
-		apierr.Write(w, err)
+		apierr.WriteAs(w, err, kind.Shape())
 		return
 	}
-	served, stallAt, ok := s.accept(w, r, req)
+	served, stallAt, ok := s.accept(w, r, req, kind.Shape())
 	if !ok {
 		return
 	}
 	a, err := s.start(req, req.Blocks, req.PromptTokens)
 	if err != nil {
-		apierr.Write(w, apierr.Invalid("messages", "%v", err))
+		apierr.WriteAs(w, apierr.Invalid("messages", "%v", err), kind.Shape())
 		return
 	}
 	out := newOutput(kind, a.id, served, s.clock.start.Unix(), s.cfg.Seed)
@@ -41,11 +42,11 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, kind request.K
 // accept takes a parsed request: its model (the name the server answers
 // as) and its faults (the token a stream stalls at, -1 for none); false
 // when it answered the request already.
-func (s *Server) accept(w http.ResponseWriter, r *http.Request, req *request.Request) (served string, stallAt int, ok bool) {
-	if served, ok = s.model(w, req); !ok {
+func (s *Server) accept(w http.ResponseWriter, r *http.Request, req *request.Request, shape apierr.Shape) (served string, stallAt int, ok bool) {
+	if served, ok = s.model(w, req, shape); !ok {
 		return "", 0, false
 	}
-	stallAt, ok = s.faults(w, r)
+	stallAt, ok = s.faults(w, r, shape)
 	return served, stallAt, ok
 }
 
@@ -53,13 +54,13 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, req *request.Req
 // returns the name it answers as (the model, or the LoRA adapter the
 // request names, whose prefix cache is its own); false when it wrote a
 // 404.
-func (s *Server) model(w http.ResponseWriter, req *request.Request) (string, bool) {
+func (s *Server) model(w http.ResponseWriter, req *request.Request, shape apierr.Shape) (string, bool) {
 	if req.Model == "" || req.Model == s.cfg.Model {
 		return s.cfg.Model, true
 	}
 	if !slices.Contains(s.cfg.LoRAModules, req.Model) {
-		apierr.Write(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model",
-			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", req.Model, strings.Join(append([]string{s.cfg.Model}, s.cfg.LoRAModules...), ", "))})
+		apierr.WriteAs(w, &apierr.Error{Code: apierr.ModelNotFound, Param: "model",
+			Message: fmt.Sprintf("the model %q does not exist; this server serves %q", req.Model, strings.Join(append([]string{s.cfg.Model}, s.cfg.LoRAModules...), ", "))}, shape)
 		return "", false
 	}
 	req.SetPool(s.cfg.Model, req.Model)
@@ -70,7 +71,7 @@ func (s *Server) model(w http.ResponseWriter, req *request.Request) (string, boo
 // the token a stream stalls at (-1: none), or false when the fault
 // answered it (an error, a hang until the client leaves, the process
 // exiting).
-func (s *Server) faults(w http.ResponseWriter, r *http.Request) (int, bool) {
+func (s *Server) faults(w http.ResponseWriter, r *http.Request, shape apierr.Shape) (int, bool) {
 	if f := s.cfg.Faults; f.ExitAfter > 0 && s.accepted.Load() >= int64(f.ExitAfter) {
 		s.log.Warn("fault injection: exiting", "after_requests", f.ExitAfter)
 		s.cfg.Exit(3)
@@ -78,7 +79,7 @@ func (s *Server) faults(w http.ResponseWriter, r *http.Request) (int, bool) {
 	}
 	s.accepted.Add(1)
 	if s.chance(s.cfg.Faults.ErrorRate) {
-		apierr.Write(w, apierr.New(apierr.Internal, "injected fault: internal server error"))
+		apierr.WriteAs(w, apierr.New(apierr.Internal, "injected fault: internal server error"), shape)
 		return 0, false
 	}
 	if s.chance(s.cfg.Faults.HangRate) {
@@ -174,17 +175,13 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, st *stre
 			done = false
 		}
 		if sent == 0 && (generated > 0 || done) {
-			buf = out.appendStart(buf) // the role chunk travels with the first token
+			buf = out.appendStart(buf, st.seq) // the role chunk travels with the first token
 		}
 		for ; sent < generated; sent++ {
 			buf = out.appendToken(buf, sent)
 		}
 		if done {
-			buf = out.appendFinish(buf, finish)
-			if includeUsage {
-				buf = out.appendUsage(buf, st.seq.PromptTokens, sent, st.seq.CachedTokens)
-			}
-			buf = append(buf, "data: [DONE]\n\n"...)
+			buf = out.appendEnd(buf, finish, includeUsage, st.seq, sent)
 		}
 		if len(buf) > 0 {
 			if _, err := w.Write(buf); err != nil {
@@ -243,9 +240,12 @@ func newOutput(kind request.Kind, id uint64, model string, created int64, seed u
 	o := &output{kind: kind, model: model, created: created, seed: seed}
 	object := "chat.completion.chunk"
 	o.id = "chatcmpl-" + strconv.FormatUint(id, 16)
-	if kind == request.Completion {
+	switch kind {
+	case request.Completion:
 		object = "text_completion"
 		o.id = "cmpl-" + strconv.FormatUint(id, 16)
+	case request.Messages:
+		o.id = "msg_" + strconv.FormatUint(id, 16)
 	}
 	o.prefix = fmt.Appendf(nil, `data: {"id":%q,"object":%q,"created":%d,"model":%s,"choices":[`, o.id, object, created, strconv.Quote(model))
 	return o
@@ -257,15 +257,21 @@ func (o *output) word(i int) string {
 	return words[x%uint64(len(words))]
 }
 
-func (o *output) appendStart(buf []byte) []byte {
-	if o.kind == request.Completion {
+func (o *output) appendStart(buf []byte, seq *engine.Sequence) []byte {
+	switch o.kind {
+	case request.Completion:
 		return buf
+	case request.Messages:
+		return o.appendMessageStart(buf, seq)
 	}
 	buf = append(buf, o.prefix...)
 	return append(buf, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
 }
 
 func (o *output) appendToken(buf []byte, i int) []byte {
+	if o.kind == request.Messages {
+		return o.appendTextDelta(buf, i)
+	}
 	buf = append(buf, o.prefix...)
 	if o.kind == request.Completion {
 		buf = append(buf, `{"index":0,"text":"`...)
@@ -275,6 +281,19 @@ func (o *output) appendToken(buf []byte, i int) []byte {
 	buf = append(buf, `{"index":0,"delta":{"content":"`...)
 	buf = append(buf, o.word(i)...)
 	return append(buf, `"},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+}
+
+// appendEnd ends a stream: the finish chunk, the usage chunk if asked and
+// [DONE]; a Messages stream's closing events.
+func (o *output) appendEnd(buf []byte, finish string, includeUsage bool, seq *engine.Sequence, generated int) []byte {
+	if o.kind == request.Messages {
+		return o.appendMessageEnd(buf, finish, generated)
+	}
+	buf = o.appendFinish(buf, finish)
+	if includeUsage {
+		buf = o.appendUsage(buf, seq.PromptTokens, generated, seq.CachedTokens)
+	}
+	return append(buf, "data: [DONE]\n\n"...)
 }
 
 func (o *output) appendFinish(buf []byte, finish string) []byte {
@@ -309,6 +328,9 @@ func (o *output) whole(generated int, finish string, prompt, cached int) []byte 
 	u := usage{PromptTokens: prompt, CompletionTokens: generated, TotalTokens: prompt + generated}
 	u.PromptTokensDetails.CachedTokens = cached
 	var v any
+	if o.kind == request.Messages {
+		return o.wholeMessage(string(text), finish, prompt, generated, cached)
+	}
 	if o.kind == request.Completion {
 		v = map[string]any{"id": o.id, "object": "text_completion", "created": o.created, "model": o.model, "usage": u,
 			"choices": []map[string]any{{"index": 0, "text": string(text), "logprobs": nil, "finish_reason": finish, "stop_reason": nil}}}

@@ -109,7 +109,7 @@ func (s *Server) respond(w http.ResponseWriter, r *http.Request) {
 		prompt = prev.promptTokens + prev.outputTokens + req.PromptTokens
 		prev.mu.Unlock()
 	}
-	served, stallAt, ok := s.accept(w, r, req)
+	served, stallAt, ok := s.accept(w, r, req, apierr.OpenAI)
 	if !ok {
 		return
 	}

@@ -151,6 +151,17 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Chat) })
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Completion) })
+	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Messages) })
+	mux.HandleFunc("POST /v1/messages/count_tokens", s.countTokens)
+	mux.HandleFunc("POST /v1/embeddings", s.embeddings)
+	for _, path := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
+		mux.HandleFunc("POST "+path, s.rerank)
+	}
+	for _, path := range []string{"/score", "/v1/score"} {
+		mux.HandleFunc("POST "+path, s.score)
+	}
+	mux.HandleFunc("POST /tokenize", s.tokenizeText)
+	mux.HandleFunc("POST /detokenize", s.detokenizeText)
 	mux.HandleFunc("POST /v1/responses", s.respond)
 	mux.HandleFunc("GET /v1/responses/{id}", s.retrieve)
 	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.cancelResponse)
