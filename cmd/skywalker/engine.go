@@ -16,6 +16,7 @@ import (
 	"skywalker/internal/engine/server"
 	"skywalker/internal/kvevents"
 	"skywalker/internal/profile"
+	"skywalker/internal/tracing"
 )
 
 func newEngineCommand(logs *logFlags) *cobra.Command {
@@ -78,6 +79,10 @@ step times from a hardware profile (` + strings.Join(profile.Names(), ", ") + `)
 			if scfg.Logger, err = logs.logger(cmd.ErrOrStderr()); err != nil {
 				return err
 			}
+			if scfg.Tracer, err = tracing.New(cmd.Context(), "skywalker-engine", model, os.Getenv); err != nil {
+				return err
+			}
+			defer shutdownTracer(scfg.Tracer, scfg.Logger)
 			srv, err := server.New(scfg)
 			if err != nil {
 				return err

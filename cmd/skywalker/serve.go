@@ -16,6 +16,7 @@ import (
 
 	"skywalker/internal/node"
 	"skywalker/internal/proxy"
+	"skywalker/internal/tracing"
 )
 
 func newServeCommand(logs *logFlags) *cobra.Command {
@@ -116,7 +117,12 @@ func loadServeConfig(flags *pflag.FlagSet, file string, getenv func(string) stri
 // runServe runs one proxy with its mesh node until ctx ends, then drains
 // and leaves the mesh.
 func runServe(ctx context.Context, cfg proxy.Config, log *slog.Logger) error {
-	n, err := node.Start(ctx, node.Options{Proxy: cfg, Logger: log, Version: version})
+	tracer, err := tracing.New(ctx, "skywalker", cfg.Region, os.Getenv) // the OTEL_* variables; off without an endpoint
+	if err != nil {
+		return err
+	}
+	defer shutdownTracer(tracer, log)
+	n, err := node.Start(ctx, node.Options{Proxy: cfg, Logger: log, Version: version, Tracer: tracer})
 	if err != nil {
 		return err
 	}
@@ -133,4 +139,13 @@ func runServe(ctx context.Context, cfg proxy.Config, log *slog.Logger) error {
 	case <-ctx.Done():
 	}
 	return n.Shutdown()
+}
+
+// shutdownTracer exports the spans still buffered, within 5 s.
+func shutdownTracer(t *tracing.Tracer, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := t.Shutdown(ctx); err != nil {
+		log.Warn("tracing: spans not exported at exit", "err", err)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"skywalker/internal/engine/server"
 	"skywalker/internal/mesh"
 	"skywalker/internal/proxy"
+	"skywalker/internal/tracing"
 )
 
 // Topology is a set of regions and the round-trip times between them.
@@ -99,6 +100,9 @@ type ClusterOptions struct {
 	// free one.
 	Ports  []int
 	Logger *slog.Logger
+	// Tracer, if set, gives each proxy and engine its tracer, by an
+	// instance name ("us-east-proxy", "us-east-engine-0").
+	Tracer func(instance string) *tracing.Tracer
 }
 
 // Cluster is a mesh of proxies and simulated engines on loopback, with the
@@ -158,6 +162,9 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 		}
 		for j, ec := range engines {
 			ec.Seed = uint64(100*i + j + 1)
+			if o.Tracer != nil {
+				ec.Tracer = o.Tracer(fmt.Sprintf("%s-engine-%d", spec.Name, j))
+			}
 			e, err := server.StartLoopback(ec)
 			if err != nil {
 				c.Close()
@@ -198,7 +205,11 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*Cluster, error) {
 				o.Mesh(mc)
 			}
 		}
-		n, err := Start(ctx, Options{Proxy: cfg, Logger: o.Logger, Listener: l, Links: c.Links, Mesh: c.meshTune})
+		var tracer *tracing.Tracer
+		if o.Tracer != nil {
+			tracer = o.Tracer(spec.Name + "-proxy")
+		}
+		n, err := Start(ctx, Options{Proxy: cfg, Logger: o.Logger, Listener: l, Links: c.Links, Mesh: c.meshTune, Tracer: tracer})
 		if err != nil {
 			c.Close()
 			return nil, err

@@ -25,6 +25,7 @@ import (
 
 	"skywalker/internal/mesh"
 	"skywalker/internal/proxy"
+	"skywalker/internal/tracing"
 )
 
 // Options wire one node.
@@ -42,6 +43,9 @@ type Options struct {
 	Mesh func(*mesh.Config)
 	// Version is reported to peers in the node's metadata.
 	Version string
+	// Tracer traces the proxy's requests (nil: off); the caller shuts it
+	// down.
+	Tracer *tracing.Tracer
 }
 
 // Node is one running proxy with its mesh node.
@@ -115,7 +119,7 @@ func Start(ctx context.Context, o Options) (*Node, error) {
 	if cfg.NodeID == "" {
 		cfg.NodeID = cfg.Region + "@" + cfg.AdvertiseURL
 	}
-	popts := proxy.Options{Logger: o.Logger}
+	popts := proxy.Options{Logger: o.Logger, Tracer: o.Tracer}
 	emulated := false
 	if o.Links == nil && len(cfg.EmulateWAN) > 0 {
 		o.Links, emulated = mesh.NewLinks(), true

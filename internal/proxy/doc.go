@@ -28,5 +28,7 @@
 // tls.go (peer TLS), pool.go (replicas: placing them in the pools, scraping,
 // health checks, models),
 // scrape.go (vLLM/SGLang metrics, data-parallel engines combined),
-// demand.go (per-hour demand for the planner), metrics.go (Prometheus).
+// demand.go (per-hour demand for the planner), metrics.go (Prometheus),
+// trace.go (a request's OpenTelemetry spans and the trace context it
+// passes on).
 package proxy

@@ -36,6 +36,8 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		s.active.Add(1)
 		defer s.active.Done()
 		arrival := time.Now()
+		tr := s.startTrace(r)
+		defer tr.admit.End() // ended earlier (admitted) unless refused before routing
 		rc := http.NewResponseController(w)
 		client := clientOf(r)
 		paced := pacedBody{body: r.Body, rc: rc, start: arrival, grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate),
@@ -123,7 +125,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 				return
 			}
 		}
-		s.serve(w, r, kind, req, body, chain)
+		s.serve(w, r, kind, req, body, chain, tr)
 	}
 }
 
@@ -236,10 +238,10 @@ func (p *sizedPool) put(b *[]byte) {
 
 // serve routes one parsed request, runs its attempts, relays the answer
 // and accounts for how it ended. chain is a Responses chain's other bodies, if any.
-func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body []byte, chain chainBodies) {
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind, req *request.Request, body []byte, chain chainBodies, tr exchangeTrace) {
 	ctx, abandon := context.WithCancelCause(r.Context())
 	defer abandon(nil)
-	x := &exchange{s: s, kind: kind, req: req, body: body, chain: chain, ctx: ctx, abandon: abandon, outbound: outboundRequest(ctx, r)}
+	x := &exchange{s: s, kind: kind, req: req, body: body, chain: chain, ctx: ctx, abandon: abandon, outbound: outboundRequest(ctx, r), trace: tr}
 	dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
 	defer func() {
 		dw.done()
@@ -247,8 +249,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, kind request.Kind
 			b.wait() // the transport is done with the pooled body buffer
 		}
 		s.account(x)
+		x.endTrace()
 	}()
 	o, err := s.router.Route(ctx, req)
+	x.trace.admitted(kind, req, o.Waited, err)
 	x.relay(dw, r, o, err)
 }
 

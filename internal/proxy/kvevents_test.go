@@ -52,8 +52,9 @@ func FuzzKVEventSources(f *testing.F) {
 	})
 }
 
-// TestTheRelayCountsOutputTokensOfEitherAPI: the usage a chat stream or a
-// Responses stream reports is what the demand records.
+// TestTheRelayCountsOutputTokensOfEitherAPI: the usage a chat, Responses
+// or Messages stream reports is what the demand records (a chat stream
+// without usage: its token chunks), and each stream's end is seen.
 func TestTheRelayCountsOutputTokensOfEitherAPI(t *testing.T) {
 	for _, tc := range []struct {
 		name, body string
@@ -61,13 +62,19 @@ func TestTheRelayCountsOutputTokensOfEitherAPI(t *testing.T) {
 	}{
 		{"chat", "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n", 7},
 		{"responses", "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"usage\":{\"input_tokens\":9,\"output_tokens\":6,\"total_tokens\":15}}}\n\n", 6},
+		{"messages", "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":3,\"output_tokens\":1,\"cache_read_input_tokens\":512}}}\n\n" +
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\"}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":5}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", 5},
+		{"chat without usage", "data: {\"role\"}\n\n" + strings.Repeat("data: {\"tok\"}\n\n", 4) + "data: {\"finish\"}\n\ndata: [DONE]\n\n", 4},
 	} {
 		c := relayCounter{sse: true}
 		for i := 0; i < len(tc.body); i += 5 { // in pieces
 			c.count([]byte(tc.body[i:min(i+5, len(tc.body))]))
 		}
-		if got := c.outputTokens(); got != tc.want {
-			t.Errorf("%s: %d output tokens, want %d", tc.name, got, tc.want)
+		if got := c.outputTokens(); got != tc.want || (!c.done && tc.name != "responses") { // a Responses stream ends with its body
+			t.Errorf("%s: %d output tokens (done %v), want %d", tc.name, got, c.done, tc.want)
+		}
+		if tc.name == "messages" && (!c.cachedSeen || c.cached != 512) {
+			t.Errorf("messages: cache reads %d (seen %v), want 512", c.cached, c.cachedSeen)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"skywalker/internal/tracing"
 )
 
 // fastBackend answers instantly: a small JSON body, or three SSE chunks.
@@ -123,7 +126,8 @@ func throughput(target string, body []byte, d time.Duration) float64 {
 // connections. It logs the table; the headline numbers are also reported as
 // metrics. Targets: added p50 <= 100 µs (1 KB) and <= nginx's + 100 µs
 // (400 KB), CPU <= 300 µs per 400 KB request, first SSE chunk <= 250 µs,
-// and >= 1.0× the stock proxy's requests/s.
+// and >= 1.0× the stock proxy's requests/s. A row with tracing on (every
+// span exported) shows what tracing costs; off, it is the skywalker row.
 func BenchmarkProxyOverhead(b *testing.B) {
 	backend := fastBackend()
 	defer backend.Close()
@@ -131,7 +135,20 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	u, _ := url.Parse(backend.URL)
 	rp := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(r *httputil.ProxyRequest) { r.SetURL(u) }, FlushInterval: -1})
 	defer rp.Close()
-	targets := []struct{ name, url string }{{"direct", backend.URL}, {"skywalker", sky}, {"httputil.ReverseProxy", rp.URL}}
+	// The same proxy with tracing on, exporting every span to a collector
+	// that discards them: what tracing costs when it is on (off, it is
+	// the skywalker row).
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))
+	defer collector.Close()
+	tracer, err := tracing.New(context.Background(), "skywalker", "bench", func(k string) string {
+		return map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": collector.URL}[k]
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = tracer.Shutdown(context.Background()) }()
+	traced := "http://" + startSoloWith(b, []string{backend.URL}, func(c *Config) { c.MaxInFlight = 1 << 20 }, Options{Tracer: tracer}).addr
+	targets := []struct{ name, url string }{{"direct", backend.URL}, {"skywalker", sky}, {"skywalker traced", traced}, {"httputil.ReverseProxy", rp.URL}}
 	if ng, stop, err := startNginx(b.TempDir(), u.Host); err == nil {
 		defer stop()
 		targets = append(targets, struct{ name, url string }{"nginx least_conn", ng})
@@ -158,8 +175,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 			r := results[tg.name]
 			fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14v %12v %10.0f\n", tg.name, r[0], r[1], r[2], r[3], r[4], r[5], rps)
 		}
-		d, s, h := results["direct"], results["skywalker"], results["httputil.ReverseProxy"]
+		d, s, h, tr := results["direct"], results["skywalker"], results["httputil.ReverseProxy"], results["skywalker traced"]
 		fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14v %12v %9.2fx\n", "skywalker added", s[0]-d[0], s[1]-d[1], s[2]-d[2], s[3]-d[3], s[4], s[5]-d[5], float64(s[6])/float64(h[6]))
+		fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14v %12v %9.2fx\n", "tracing on adds", tr[0]-s[0], tr[1]-s[1], tr[2]-s[2], tr[3]-s[3], tr[4]-s[4], tr[5]-s[5], float64(tr[6])/float64(s[6]))
 		fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14v %12v\n", "ReverseProxy added", h[0]-d[0], h[1]-d[1], h[2]-d[2], h[3]-d[3], h[4], h[5]-d[5])
 		if n, ok := results["nginx least_conn"]; ok {
 			fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14s %12v %9.2fx\n", "nginx added", n[0]-d[0], n[1]-d[1], n[2]-d[2], n[3]-d[3], "(separate process)", n[5]-d[5], float64(s[6])/float64(n[6]))

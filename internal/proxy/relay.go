@@ -68,6 +68,7 @@ type exchange struct {
 	cancel     context.CancelCauseFunc
 	stopExpire func() bool // unhooks the attempt from the drain deadline
 	stall      *time.Timer
+	trace      exchangeTrace // trace.go
 }
 
 // Why an attempt's context ended, when the proxy ended it.
@@ -235,6 +236,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 			return nil, err // a rejection (*apierr.Error) or the client left
 		}
 		x.target = o
+		x.startAttempt(o)
 		x.s.metrics.queueWait.Observe(o.Waited.Seconds())
 		if o.replica != nil && x.req.PromptTokens > 0 {
 			x.s.metrics.match.Observe(float64(x.req.CachedTokens(o.PrefixBlocks)) / float64(x.req.PromptTokens))
@@ -278,6 +280,7 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		stopExpire()
 		cause := context.Cause(o.ctx)
 		o.cancel(nil)
+		x.endAttemptSpan(sendErr)
 		how := region.ReplicaFailed
 		switch {
 		case cause == errNoFirstByte:
@@ -371,6 +374,7 @@ func (x *exchange) send(ctx context.Context, o routed, body []byte) (*http.Respo
 		}
 		x.s.metrics.forwarded.WithLabelValues(p.Region).Inc()
 	}
+	x.inject(up.Header)
 	br := &bodyReader{Reader: bytes.NewReader(body), done: make(chan struct{})}
 	up.Body, up.ContentLength = br, int64(len(body))
 	up.GetBody = nil

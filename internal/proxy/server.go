@@ -21,6 +21,7 @@ import (
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 	"skywalker/internal/responses"
+	"skywalker/internal/tracing"
 )
 
 // Options are the proxy's collaborators, set by the command or a test.
@@ -36,6 +37,8 @@ type Options struct {
 	GossipAddr string
 	// Transport overrides the upstream HTTP transport.
 	Transport http.RoundTripper
+	// Tracer traces requests (see trace.go); nil is off.
+	Tracer *tracing.Tracer
 }
 
 // Server is one regional proxy.
@@ -206,20 +209,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, peers ...net.Listene
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.completion(request.Chat))
-	mux.HandleFunc("POST /v1/completions", s.completion(request.Completion))
-	mux.HandleFunc("POST /v1/responses", s.completion(request.Responses))
-	mux.HandleFunc("POST /v1/messages", s.completion(request.Messages))
-	mux.HandleFunc("POST /v1/messages/count_tokens", s.completion(request.CountTokens))
-	mux.HandleFunc("POST /v1/embeddings", s.completion(request.Embeddings))
-	for _, path := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
-		mux.HandleFunc("POST "+path, s.completion(request.Rerank))
+	for _, e := range Endpoints {
+		mux.Handle("POST "+e.Path, s.traced(s.completion(e.Kind)))
 	}
-	for _, path := range []string{"/score", "/v1/score"} {
-		mux.HandleFunc("POST "+path, s.completion(request.Score))
-	}
-	mux.HandleFunc("POST /tokenize", s.completion(request.Tokenize))
-	mux.HandleFunc("POST /detokenize", s.completion(request.Detokenize))
 	mux.HandleFunc("GET /v1/responses/{id}", s.responseOp(false))
 	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.responseOp(true))
 	mux.HandleFunc("GET /v1/models", s.models)
@@ -292,4 +284,22 @@ func (s *Server) observe(d *region.Attempt) {
 		s.logEvery(decision+"\x00"+req.Class.String(), slog.LevelInfo, "request "+decision, "id", req.ID, "priority", req.Class.String(), "tenant", req.Tenant,
 			"waited", d.Waited.String(), "retry_after_s", d.Err.RetryAfterSeconds(), "reason", d.Err.Message)
 	}
+}
+
+// Endpoint is one inference endpoint the proxy serves: a POST path and
+// the kind of body it takes.
+type Endpoint struct {
+	Path string
+	Kind request.Kind
+}
+
+// Endpoints are the inference endpoints, each routed through the region
+// core (README "Endpoints" lists them; a test holds the two alike).
+var Endpoints = []Endpoint{
+	{"/v1/chat/completions", request.Chat}, {"/v1/completions", request.Completion}, {"/v1/responses", request.Responses},
+	{"/v1/messages", request.Messages}, {"/v1/messages/count_tokens", request.CountTokens},
+	{"/v1/embeddings", request.Embeddings},
+	{"/v1/rerank", request.Rerank}, {"/rerank", request.Rerank}, {"/v2/rerank", request.Rerank},
+	{"/v1/score", request.Score}, {"/score", request.Score},
+	{"/tokenize", request.Tokenize}, {"/detokenize", request.Detokenize},
 }

@@ -59,6 +59,11 @@ func (x *exchange) endAttempt(how region.Outcome) {
 	if o.Attempt == nil {
 		return
 	}
+	if how == region.BrokeMidStream {
+		x.endAttemptSpan(x.broken)
+	} else {
+		x.endAttemptSpan(nil)
+	}
 	x.s.router.settle(o.Attempt, how, x.counter.cached, how == region.Served && x.counter.cachedSeen)
 }
 
@@ -101,6 +106,7 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		}
 		if x.firstByte.IsZero() {
 			x.firstByte = time.Now() // the core heard it as the attempt was answered (Router.Answered)
+			x.firstTokenEvent()
 		}
 		x.counter.count(p[:n])
 	}
@@ -247,5 +253,8 @@ func (o *relayCounter) outputTokens() int {
 	if o.usage > 0 {
 		return o.usage
 	}
-	return max(o.chunks-3, 0) // role chunk, finish chunk, usage or [DONE]
+	// A usage chunk would have set usage; data: [DONE] is not a data: {
+	// event. What is left over the tokens is the role chunk and the
+	// finish chunk.
+	return max(o.chunks-2, 0)
 }

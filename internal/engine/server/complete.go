@@ -9,9 +9,12 @@ import (
 	"strings"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+
 	"skywalker/internal/apierr"
 	"skywalker/internal/engine"
 	"skywalker/internal/request"
+	"skywalker/internal/tracing"
 )
 
 // complete serves /v1/chat/completions, /v1/completions and Anthropic's
@@ -46,6 +49,7 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, req *request.Req
 	if served, ok = s.model(w, req, shape); !ok {
 		return "", 0, false
 	}
+	tracing.FromContext(r.Context()).Set(semconv.GenAIRequestModelKey.String(served), semconv.GenAIUsageInputTokensKey.Int(req.PromptTokens))
 	stallAt, ok = s.faults(w, r, shape)
 	return served, stallAt, ok
 }

@@ -19,6 +19,7 @@ import (
 	"skywalker/internal/kvevents"
 	"skywalker/internal/kvevents/kvzmq"
 	"skywalker/internal/request"
+	"skywalker/internal/tracing"
 )
 
 // Config configures a Server.
@@ -59,6 +60,8 @@ type Config struct {
 	// previous_response_id, GET and cancel (vLLM's
 	// VLLM_ENABLE_RESPONSES_API_STORE); off, store=true is ignored.
 	ResponsesStore bool
+	// Tracer traces inference requests; nil is off.
+	Tracer *tracing.Tracer
 }
 
 // Faults inject failures for tests. All are off at their zero values.
@@ -149,20 +152,23 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Chat) })
-	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Completion) })
-	mux.HandleFunc("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Messages) })
-	mux.HandleFunc("POST /v1/messages/count_tokens", s.countTokens)
-	mux.HandleFunc("POST /v1/embeddings", s.embeddings)
+	// Inference requests are traced (a server span each, under the
+	// caller's traceparent); scrapes and health checks are not.
+	handle := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, cfg.Tracer.Handler(h)) }
+	handle("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Chat) })
+	handle("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Completion) })
+	handle("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Messages) })
+	handle("POST /v1/messages/count_tokens", s.countTokens)
+	handle("POST /v1/embeddings", s.embeddings)
 	for _, path := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
-		mux.HandleFunc("POST "+path, s.rerank)
+		handle("POST "+path, s.rerank)
 	}
 	for _, path := range []string{"/score", "/v1/score"} {
-		mux.HandleFunc("POST "+path, s.score)
+		handle("POST "+path, s.score)
 	}
-	mux.HandleFunc("POST /tokenize", s.tokenizeText)
-	mux.HandleFunc("POST /detokenize", s.detokenizeText)
-	mux.HandleFunc("POST /v1/responses", s.respond)
+	handle("POST /tokenize", s.tokenizeText)
+	handle("POST /detokenize", s.detokenizeText)
+	handle("POST /v1/responses", s.respond)
 	mux.HandleFunc("GET /v1/responses/{id}", s.retrieve)
 	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.cancelResponse)
 	mux.HandleFunc("GET /v1/models", s.models)

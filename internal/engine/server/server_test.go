@@ -46,7 +46,8 @@ func TestBadRequestsGetOpenAIErrors(t *testing.T) {
 		{"unknown model", "/v1/chat/completions", `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found"},
 		{"body over the limit", "/v1/chat/completions", `{"messages":[{"role":"user","content":"` + strings.Repeat("a", 2000) + `"}]}`, 413, "body_too_large"},
 		{"too long for the model", "/v1/completions", `{"prompt":"hi","max_tokens":100000000}`, 400, "invalid_request"},
-		{"unknown path", "/v1/embeddings", `{}`, 404, "not_found"},
+		{"missing input", "/v1/embeddings", `{"model":"test-model"}`, 400, "invalid_request"},
+		{"unknown path", "/v1/audio/transcriptions", `{}`, 404, "not_found"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
