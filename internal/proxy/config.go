@@ -136,10 +136,11 @@ type Config struct {
 	// region a request is forwarded to; otherwise they are stripped
 	// (CredentialHeaders).
 	ForwardAuthorization bool `yaml:"forward_authorization"`
-	// MidStreamFailover continues a chat stream that breaks midway on
-	// another replica or region, the text so far sent as a partial
-	// assistant turn for the engine to continue (vLLM's and SGLang's
-	// continue_final_message); the client sees one stream.
+	// MidStreamFailover continues a chat or Messages stream that breaks
+	// midway on another replica or region, the text so far sent as a
+	// partial assistant turn for the engine to continue (vLLM's and
+	// SGLang's continue_final_message; Anthropic's prefill); the client
+	// sees one stream.
 	MidStreamFailover bool          `yaml:"midstream_failover"`
 	StallTimeout      time.Duration `yaml:"stall_timeout"`
 	// A response is read from the upstream ahead of a slow client, up to

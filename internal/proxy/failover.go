@@ -19,7 +19,11 @@ import (
 // the new stream continues the client's. The client sees one stream: only
 // whole events are passed on, so a break never leaves half an event, and
 // the final usage counts the tokens generated before the break as output,
-// not prompt.
+// not prompt. An Anthropic Messages stream continues the same way: the
+// text so far is the assistant turn the engine continues (Anthropic's
+// prefill), and the new stream's opening events (message_start,
+// content_block_start, ping) are dropped, so the client's stream goes on
+// with its next content_block_delta.
 
 // alignedEvents passes an event stream on in whole events, keeping the
 // text and the count of the content events that went by; resume swaps in
@@ -36,6 +40,10 @@ type alignedEvents struct {
 	// carried is the tokens generated before the current stream began:
 	// its usage counts them as prompt; the client's usage must not.
 	carried int
+	// messages: an Anthropic Messages stream; skipOpening: a continued
+	// one, whose events up to its first content_block_delta the client
+	// has had already.
+	messages, skipOpening bool
 }
 
 var eventEnd = []byte("\n\n")
@@ -73,7 +81,11 @@ func (a *alignedEvents) take(events []byte) {
 		i := bytes.Index(events, eventEnd)
 		ev := events[:i+len(eventEnd)]
 		events = events[i+len(eventEnd):]
-		if data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data: {")); ok {
+		if a.messages {
+			if ev = a.observeMessage(ev); ev == nil {
+				continue
+			}
+		} else if data, ok := bytes.CutPrefix(bytes.TrimSpace(ev), []byte("data: {")); ok {
 			ev = a.observe(append([]byte("{"), data...), ev)
 		}
 		a.ready = append(a.ready, ev...)
@@ -124,18 +136,68 @@ func (a *alignedEvents) observe(chunk, ev []byte) []byte {
 	return append(append([]byte("data: "), out...), eventEnd...)
 }
 
+// observeMessage reads one event of a Messages stream: a text delta's
+// text, and, in a continued stream, drops the opening events the client
+// had already (nil) and counts the tokens generated before the break in
+// message_delta's output_tokens.
+func (a *alignedEvents) observeMessage(ev []byte) []byte {
+	i := bytes.Index(ev, []byte("data: {"))
+	if i < 0 {
+		return ev
+	}
+	data := bytes.TrimSpace(ev[i+len("data: "):])
+	var e struct {
+		Type  string `json:"type"`
+		Delta struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"delta"`
+		Usage map[string]json.RawMessage `json:"usage"`
+	}
+	if json.Unmarshal(data, &e) != nil {
+		return ev
+	}
+	if a.skipOpening {
+		if e.Type != "content_block_delta" {
+			return nil
+		}
+		a.skipOpening = false
+	}
+	switch {
+	case e.Type == "content_block_delta" && e.Delta.Type == "text_delta":
+		a.text.WriteString(e.Delta.Text)
+		a.tokens++
+	case e.Type == "message_delta" && a.carried > 0 && e.Usage != nil:
+		var out int
+		_ = json.Unmarshal(e.Usage["output_tokens"], &out)
+		var m map[string]json.RawMessage
+		if json.Unmarshal(data, &m) != nil {
+			return ev
+		}
+		e.Usage["output_tokens"], _ = json.Marshal(out + a.carried)
+		m["usage"], _ = json.Marshal(e.Usage)
+		b, err := json.Marshal(m)
+		if err != nil {
+			return ev
+		}
+		return append(append(append([]byte(nil), ev[:i+len("data: ")]...), b...), eventEnd...)
+	}
+	return ev
+}
+
 // resume continues the stream from src: the broken stream's half event is
 // dropped, and what was generated so far is carried.
 func (a *alignedEvents) resume(src io.ReadCloser) {
 	_ = a.src.Close()
-	a.src, a.err, a.carried = src, nil, a.tokens
+	a.src, a.err, a.carried, a.skipOpening = src, nil, a.tokens, a.messages
 	a.pending = a.pending[:0]
 }
 
-// continuation is the original chat body with the text generated so far
-// as a partial assistant turn for the engine to continue, and max_tokens
-// (or max_completion_tokens) less the tokens generated.
-func continuation(body []byte, text string, generated int) ([]byte, error) {
+// continuation is the original chat or Messages body with the text
+// generated so far as a partial assistant turn for the engine to
+// continue, and max_tokens (or max_completion_tokens) less the tokens
+// generated.
+func continuation(body []byte, text string, generated int, messages bool) ([]byte, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, err
@@ -146,7 +208,9 @@ func continuation(body []byte, text string, generated int) ([]byte, error) {
 	}
 	turn, _ := json.Marshal(map[string]string{"role": "assistant", "content": text})
 	m["messages"], _ = json.Marshal(append(msgs, turn))
-	m["continue_final_message"], m["add_generation_prompt"] = json.RawMessage("true"), json.RawMessage("false")
+	if !messages { // Anthropic's API continues a final assistant turn by itself
+		m["continue_final_message"], m["add_generation_prompt"] = json.RawMessage("true"), json.RawMessage("false")
+	}
 	for _, k := range []string{"max_tokens", "max_completion_tokens"} {
 		var n int
 		if raw, ok := m[k]; ok && json.Unmarshal(raw, &n) == nil && n > 0 {
@@ -161,7 +225,7 @@ func continuation(body []byte, text string, generated int) ([]byte, error) {
 // ended as failed (the passive rule counts it), and the core routes the
 // request again within its retry bound (region.Attempt.Continue).
 func (x *exchange) continueElsewhere(events *alignedEvents) error {
-	body, err := continuation(x.body, events.text.String(), events.tokens)
+	body, err := continuation(x.body, events.text.String(), events.tokens, events.messages)
 	if err != nil {
 		x.endAttempt(region.BrokeMidStream)
 		x.endContext()

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
 )
 
 // breakingBackends: the first request any of them gets streams five
@@ -138,5 +142,103 @@ func TestWithoutFailoverABrokenStreamEndsWithAnError(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(stream), "upstream_error") || strings.Contains(string(stream), "b0") {
 		t.Errorf("stream %q: want it to end with an upstream_error event, not continue", stream)
+	}
+}
+
+// breakingMessagesBackends is breakingBackends for Anthropic's Messages
+// stream: the first request streams the opening events and five deltas,
+// then half an event, and the engine dies; every later one opens again
+// and streams three more deltas and the closing events.
+func breakingMessagesBackends(t *testing.T, n int) ([]string, func() []byte) {
+	var first atomic.Bool
+	var mu sync.Mutex
+	var continued []byte
+	var urls []string
+	for range n {
+		b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path != "/v1/messages" {
+				http.NotFound(w, r)
+				return
+			}
+			body, _ := io.ReadAll(r.Body)
+			w.Header().Set("Content-Type", "text/event-stream")
+			send := func(name, data string) {
+				fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
+				w.(http.Flusher).Flush()
+			}
+			send("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":9,"output_tokens":1}}}`)
+			send("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+			send("ping", `{"type":"ping"}`)
+			delta := func(text string) {
+				send("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+text+`"}}`)
+			}
+			if first.CompareAndSwap(false, true) {
+				for i := range 5 {
+					delta(fmt.Sprintf("a%d", i))
+				}
+				_, _ = io.WriteString(w, "event: content_block_delta\ndata: {\"type\":\"content_bl") // half an event, then the engine dies
+				w.(http.Flusher).Flush()
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				conn.Close()
+				return
+			}
+			mu.Lock()
+			continued = body
+			mu.Unlock()
+			for i := range 3 {
+				delta(fmt.Sprintf("b%d", i))
+			}
+			send("content_block_stop", `{"type":"content_block_stop","index":0}`)
+			send("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":3}}`)
+			send("message_stop", `{"type":"message_stop"}`)
+		}))
+		t.Cleanup(b.Close)
+		urls = append(urls, b.URL)
+	}
+	return urls, func() []byte { mu.Lock(); defer mu.Unlock(); return continued }
+}
+
+// A Messages stream whose engine dies midway goes on from another
+// replica, as the official Anthropic SDK sees it: one message, every
+// delta once, no error, the output tokens of both streams; the engine is
+// asked to continue the text so far as the assistant's turn.
+func TestAMessagesStreamThatBreaksMidwayContinuesElsewhere(t *testing.T) {
+	urls, continued := breakingMessagesBackends(t, 2)
+	p := startSolo(t, urls, func(c *Config) { c.MidStreamFailover = true })
+	client := anthropic.NewClient(option.WithBaseURL("http://"+p.addr), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	stream := client.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{Model: "m", MaxTokens: 20,
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("count"))}})
+	var acc anthropic.Message
+	seen := map[string]int{}
+	for stream.Next() {
+		ev := stream.Current()
+		seen[ev.Type]++
+		if err := acc.Accumulate(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatalf("the stream failed: %v", err)
+	}
+	if len(acc.Content) != 1 || acc.Content[0].Text != "a0a1a2a3a4b0b1b2" || acc.Usage.OutputTokens != 8 {
+		t.Errorf("accumulated %+v, %d output tokens; want every delta once and 8", acc.Content, acc.Usage.OutputTokens)
+	}
+	if seen["message_start"] != 1 || seen["content_block_start"] != 1 || seen["message_stop"] != 1 {
+		t.Errorf("events %v: want one message_start, content_block_start and message_stop", seen)
+	}
+	var body struct {
+		MaxTokens int `json:"max_tokens"`
+		Messages  []struct {
+			Role    string          `json:"role"`
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+		Continue *bool `json:"continue_final_message"`
+	}
+	if err := json.Unmarshal(continued(), &body); err != nil {
+		t.Fatal(err)
+	}
+	last := body.Messages[len(body.Messages)-1]
+	if body.MaxTokens != 15 || last.Role != "assistant" || string(last.Content) != `"a0a1a2a3a4"` || body.Continue != nil {
+		t.Errorf("the continuation asked for %s", continued())
 	}
 }

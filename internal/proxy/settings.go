@@ -153,7 +153,7 @@ var settings = describe([]Setting{
 	{Field: "ResponseBuffer", Env: "SKYWALKER_RESPONSE_BUFFER", Help: "bytes of a response read from the upstream ahead of a slow client, so the engine's slot frees when the engine is done", check: is(positive[int])},
 	{Field: "ResponseBufferBudget", Env: "SKYWALKER_RESPONSE_BUFFER_BUDGET", Help: "bytes all responses may hold read ahead of their clients at once; past it a response goes at its client's pace", check: is(positive[int])},
 	{Field: "WriteTimeout", Env: "SKYWALKER_WRITE_TIMEOUT", Help: "a client that takes no byte of its response for this long is cut (its request ends as cancelled)", check: is(positive[time.Duration])},
-	{Field: "MidStreamFailover", Env: "SKYWALKER_MIDSTREAM_FAILOVER", Help: "a chat stream that breaks midway goes on from another replica or region, the text so far sent as a partial assistant turn (continue_final_message, vLLM and SGLang)"},
+	{Field: "MidStreamFailover", Env: "SKYWALKER_MIDSTREAM_FAILOVER", Help: "a chat or Anthropic Messages stream that breaks midway goes on from another replica or region, the text so far sent as a partial assistant turn (continue_final_message for chat, vLLM and SGLang; Anthropic's own prefill for Messages)"},
 	{Field: "EjectAfter", Env: "SKYWALKER_EJECT_AFTER", Help: "consecutive failures that eject a replica (passive health)", check: is(positive[int])},
 	{Field: "ScrapeInterval", Env: "SKYWALKER_SCRAPE_INTERVAL", Help: "how often the replicas' /metrics are read", check: is(positive[time.Duration])},
 	{Field: "ResolveInterval", Env: "SKYWALKER_RESOLVE_INTERVAL", Help: "how often a DNS worker pool is re-resolved", check: is(positive[time.Duration])},

@@ -33,8 +33,8 @@ func (x *exchange) watch(resp *http.Response) {
 	}
 	x.counter.sse = bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream"))
 	wb := &watchedBody{x: x, body: resp.Body}
-	if x.s.cfg.MidStreamFailover && x.counter.sse && x.kind == request.Chat {
-		wb.events = &alignedEvents{src: resp.Body}
+	if x.s.cfg.MidStreamFailover && x.counter.sse && (x.kind == request.Chat || x.kind == request.Messages) {
+		wb.events = &alignedEvents{src: resp.Body, messages: x.kind == request.Messages}
 		wb.body = wb.events
 	}
 	resp.Body = newReadAhead(x, wb)
