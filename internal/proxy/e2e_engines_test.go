@@ -168,11 +168,17 @@ func runningAt(t *testing.T, engineURL string) float64 {
 	return seriesSum(t, engineURL, "vllm:num_requests_running")
 }
 
-// streamUntil sends a streaming request and reads until the body holds
-// stop (or ends), then closes the connection at once.
+// streamUntil sends a streaming chat request and reads until the body
+// holds stop (or ends), then closes the connection at once.
 func streamUntil(t *testing.T, base, body, stop string, header map[string]string) string {
 	t.Helper()
-	req, _ := http.NewRequest("POST", base+"/v1/chat/completions", strings.NewReader(body))
+	return streamPathUntil(t, base+"/v1/chat/completions", body, stop, header)
+}
+
+// streamPathUntil is streamUntil at any endpoint's URL.
+func streamPathUntil(t *testing.T, url, body, stop string, header map[string]string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -220,6 +226,26 @@ func TestOutcomesTellTheTruth(t *testing.T) {
 	nodetest.Eventually(t, 30*time.Second, "the hang-up counted cancelled and aborted at the engine", func() (bool, string) {
 		cancelled, aborted := requestsTotal(t, us.AdminURL, "cancelled"), abortedAt(t, us.Engines[0].URL)
 		return cancelled >= 1 && aborted == abortedBefore+1, fmt.Sprintf("cancelled %v, engine aborted %v (was %v)", cancelled, aborted, abortedBefore)
+	})
+
+	// An Anthropic Messages stream alike: read to its message_stop, ok;
+	// hung up after its first delta, cancelled and aborted at the engine.
+	okBefore = requestsTotal(t, us.AdminURL, "ok")
+	message := func(maxTokens int) string {
+		return fmt.Sprintf(`{"max_tokens":%d,"stream":true,"messages":[{"role":"user","content":"a message"}]}`, maxTokens)
+	}
+	if got := streamPathUntil(t, us.URL+"/v1/messages", message(4), "event: message_stop", nil); !strings.Contains(got, "message_stop") {
+		t.Fatalf("no message_stop in %q", got)
+	}
+	nodetest.Eventually(t, 30*time.Second, "the complete Messages stream counted ok", func() (bool, string) {
+		n := requestsTotal(t, us.AdminURL, "ok")
+		return n == okBefore+1, fmt.Sprintf("ok went from %v to %v", okBefore, n)
+	})
+	abortedBefore, cancelledBefore := abortedAt(t, us.Engines[0].URL), requestsTotal(t, us.AdminURL, "cancelled")
+	streamPathUntil(t, us.URL+"/v1/messages", message(400), "event: content_block_delta", nil)
+	nodetest.Eventually(t, 30*time.Second, "the Messages hang-up counted cancelled and aborted at the engine", func() (bool, string) {
+		cancelled, aborted := requestsTotal(t, us.AdminURL, "cancelled"), abortedAt(t, us.Engines[0].URL)
+		return cancelled == cancelledBefore+1 && aborted == abortedBefore+1, fmt.Sprintf("cancelled %v (was %v), engine aborted %v (was %v)", cancelled, cancelledBefore, aborted, abortedBefore)
 	})
 
 	// Forwarded: eu-west may serve only resident requests from us-east.
