@@ -102,6 +102,8 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 		c.Regions[0].URL, Model)
 	fmt.Fprintf(view, "\n  from openai import OpenAI\n  client = OpenAI(base_url=\"%s/v1\", api_key=\"unused\")\n  print(client.chat.completions.create(model=\"%s\", messages=[{\"role\": \"user\", \"content\": \"Hello!\"}]).choices[0].message.content)\n",
 		c.Regions[0].URL, Model)
+	fmt.Fprintf(view, "\n  import anthropic  # the Anthropic Messages API, embeddings, rerank, score and tokenize are served too (README \"Endpoints\")\n  claude = anthropic.Anthropic(base_url=\"%s\", api_key=\"unused\")\n  print(claude.messages.create(model=\"%s\", max_tokens=64, messages=[{\"role\": \"user\", \"content\": \"Hello!\"}]).content[0].text)\n",
+		c.Regions[0].URL, Model)
 	fmt.Fprintf(view, "\n  Other regions: %s. Each proxy's view, gates and decisions: %s/debug/skywalker (and the others' admin ports: %s, %s).\n",
 		c.Regions[1].URL+", "+c.Regions[2].URL, c.Regions[0].AdminURL, c.Regions[1].AdminURL, c.Regions[2].AdminURL)
 	if opt.Duration > 0 {
