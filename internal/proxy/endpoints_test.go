@@ -13,7 +13,7 @@ import (
 )
 
 // TestTheReadmeListsEveryEndpoint holds README's endpoint table and
-// Endpoints alike, path for path.
+// Endpoints alike, path for path, and the Helm chart's notes name each.
 func TestTheReadmeListsEveryEndpoint(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -35,6 +35,16 @@ func TestTheReadmeListsEveryEndpoint(t *testing.T) {
 	slices.Sort(served)
 	if !slices.Equal(listed, served) {
 		t.Errorf("README lists %v; the proxy serves %v", listed, served)
+	}
+	notes, err := os.ReadFile("../../deploy/helm/skywalker/templates/NOTES.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile(`/[a-z0-9_/]+`).FindAllString(string(notes), -1)
+	for _, path := range served {
+		if !slices.Contains(named, path) {
+			t.Errorf("the Helm chart's NOTES.txt does not name %s", path)
+		}
 	}
 }
 
