@@ -22,6 +22,7 @@ import (
 func newBenchCommand() *cobra.Command {
 	var (
 		scenario, endpoints, model, format, trace string
+		api                                       string
 		speedup, maxFailed                        float64
 		limit                                     int
 		quiet                                     bool
@@ -33,7 +34,8 @@ func newBenchCommand() *cobra.Command {
 against one or more OpenAI-compatible endpoints — SkyWalker proxies or any
 other server — streaming every request to its region's endpoint, and prints
 the same table as sim: TTFT, inter-token latency, end-to-end, goodput, cache
-hits and, behind SkyWalker, which region served each request.
+hits and, behind SkyWalker, which region served each request. --api sends the
+requests as Anthropic Messages or as embeddings instead of chat.
 
 --endpoints maps regions to base URLs: us-east=http://a:9000,eu-west=http://b:9000
 (a single URL without a region receives every request; with only region=URL
@@ -52,7 +54,7 @@ answer, a stream that broke).`,
 			if err != nil {
 				return err
 			}
-			cfg := bench.Config{Endpoints: map[string]string{}, Model: model, Speedup: speedup, SLO: sc.SLO.Objective(), Label: "live"}
+			cfg := bench.Config{Endpoints: map[string]string{}, Model: model, API: api, Speedup: speedup, SLO: sc.SLO.Objective(), Label: "live"}
 			for _, e := range strings.Split(endpoints, ",") {
 				region, url, ok := strings.Cut(e, "=")
 				if !ok {
@@ -124,6 +126,7 @@ answer, a stream that broke).`,
 	f.StringVar(&trace, "trace", "", "trace file for replay scenarios")
 	f.StringVar(&endpoints, "endpoints", "", "region=URL,... or one URL")
 	f.StringVar(&model, "model", "", "model name to request (default: the server's)")
+	f.StringVar(&api, "api", bench.APIChat, "send the requests as "+strings.Join(bench.APIs, ", ")+" (OpenAI chat, Anthropic Messages, or OpenAI embeddings)")
 	f.Float64Var(&speedup, "speedup", 1, "divide arrival times by this")
 	f.IntVar(&limit, "limit", 0, "replay at most this many requests (0: all)")
 	f.StringVar(&format, "format", "table", "output: table, json or markdown")

@@ -17,6 +17,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,7 +35,10 @@ type Config struct {
 	Endpoints map[string]string
 	Default   string
 	Model     string
-	Source    workload.Source
+	// API is how each request is sent: APIChat (default), APIMessages or
+	// APIEmbeddings.
+	API    string
+	Source workload.Source
 	// Speedup divides arrival offsets (2 = twice the workload's rate).
 	Speedup     float64
 	MaxInFlight int         // client-side cap on concurrent requests; default 1024
@@ -69,6 +73,12 @@ func (s Sample) OK() bool { return s.Err == nil && s.Status == 200 }
 // Run replays the source until it is exhausted and every request is done,
 // or ctx ends.
 func Run(ctx context.Context, cfg Config) (*results.Result, []Sample, error) {
+	if cfg.API == "" {
+		cfg.API = APIChat
+	}
+	if !slices.Contains(APIs, cfg.API) {
+		return nil, nil, fmt.Errorf("bench: API %q: want one of %s", cfg.API, strings.Join(APIs, ", "))
+	}
 	if cfg.Speedup <= 0 {
 		cfg.Speedup = 1
 	}
@@ -173,7 +183,7 @@ type chatRequest struct {
 	Messages      []message         `json:"messages"`
 	MaxTokens     int               `json:"max_tokens"`
 	Stream        bool              `json:"stream"`
-	StreamOptions map[string]bool   `json:"stream_options"`
+	StreamOptions map[string]bool   `json:"stream_options,omitempty"`
 	User          string            `json:"user,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
 }
@@ -183,7 +193,49 @@ type message struct {
 	Content string `json:"content"`
 }
 
-// send streams one request and measures it.
+// The APIs a run can send its requests through (Config.API).
+const (
+	APIChat       = "chat"       // POST /v1/chat/completions, streamed (the default)
+	APIMessages   = "messages"   // POST /v1/messages (Anthropic), streamed
+	APIEmbeddings = "embeddings" // POST /v1/embeddings: the prompt embedded; TTFT is the whole answer's time
+)
+
+// APIs lists them, for flags and errors.
+var APIs = []string{APIChat, APIMessages, APIEmbeddings}
+
+// body is the request a workload request becomes in api, and its path.
+func body(api, model string, req *request.Request) (path string, payload []byte) {
+	prompt := Prompt(req)
+	switch api {
+	case APIMessages:
+		b := chatRequest{Model: model, Messages: []message{{Role: "user", Content: prompt}}, MaxTokens: max(req.MaxTokens, 1), Stream: true}
+		b.Metadata = map[string]string{}
+		if req.Session != "" {
+			b.Metadata["user_id"] = req.Session
+		}
+		if req.Residency != "" {
+			b.Metadata["data_residency"] = req.Residency
+		}
+		payload, _ = json.Marshal(b)
+		return "/v1/messages", payload
+	case APIEmbeddings:
+		b := map[string]any{"model": model, "input": prompt}
+		if req.Residency != "" {
+			b["metadata"] = map[string]string{"data_residency": req.Residency}
+		}
+		payload, _ = json.Marshal(b)
+		return "/v1/embeddings", payload
+	}
+	b := chatRequest{Model: model, Messages: []message{{Role: "user", Content: prompt}}, MaxTokens: max(req.MaxTokens, 1),
+		Stream: true, StreamOptions: map[string]bool{"include_usage": true}, User: req.Session}
+	if req.Residency != "" {
+		b.Metadata = map[string]string{"data_residency": req.Residency}
+	}
+	payload, _ = json.Marshal(b)
+	return "/v1/chat/completions", payload
+}
+
+// send sends one request and measures it.
 func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Sample {
 	req := a.Request
 	model := cfg.Model
@@ -191,13 +243,8 @@ func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Samp
 		model = req.Model
 	}
 	s := Sample{Ingress: a.Region, Served: a.Region, Start: time.Now(), PromptTokens: req.PromptTokens, Model: model}
-	body := chatRequest{Model: model, Messages: []message{{Role: "user", Content: Prompt(req)}}, MaxTokens: max(req.MaxTokens, 1),
-		Stream: true, StreamOptions: map[string]bool{"include_usage": true}, User: req.Session}
-	if req.Residency != "" {
-		body.Metadata = map[string]string{"data_residency": req.Residency}
-	}
-	payload, _ := json.Marshal(body)
-	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/v1/chat/completions", bytes.NewReader(payload))
+	path, payload := body(cfg.API, model, req)
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+path, bytes.NewReader(payload))
 	if err != nil {
 		s.Err = err
 		return s
@@ -217,45 +264,85 @@ func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Samp
 		s.Code, s.Err = statusError(resp)
 		return s
 	}
-	sc := bufio.NewScanner(resp.Body)
+	if cfg.API == APIEmbeddings {
+		var out struct {
+			Data []json.RawMessage `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Data) == 0 {
+			s.Err = fmt.Errorf("an embeddings answer without data: %v", err)
+			return s
+		}
+		s.E2E = time.Since(s.Start)
+		s.TTFT = s.E2E
+		return s
+	}
+	return readStream(resp.Body, s)
+}
+
+// streamEvent is what a chat chunk or a Messages event carries that the
+// client measures.
+type streamEvent struct {
+	Type    string `json:"type"` // Messages
+	Choices []struct {
+		Delta struct {
+			Content string `json:"content"`
+		} `json:"delta"`
+	} `json:"choices"`
+	Delta struct {
+		Text string `json:"text"`
+	} `json:"delta"`
+	Message struct {
+		Usage *messageUsage `json:"usage"`
+	} `json:"message"`
+	Usage *struct {
+		CompletionTokens int `json:"completion_tokens"`
+		Details          *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+		messageUsage
+	} `json:"usage"`
+	Error *struct {
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+type messageUsage struct {
+	OutputTokens         int `json:"output_tokens"`
+	CacheReadInputTokens int `json:"cache_read_input_tokens"`
+}
+
+// readStream reads a chat or Messages event stream into s: the first
+// token, the gaps between tokens, output and cached tokens.
+func readStream(r io.Reader, s Sample) Sample {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	var last time.Time
 	var gaps time.Duration
 	chunks := 0
 	for sc.Scan() {
-		line := sc.Bytes()
-		data, ok := bytes.CutPrefix(line, []byte("data: "))
+		data, ok := bytes.CutPrefix(sc.Bytes(), []byte("data: "))
 		if !ok || bytes.Equal(data, []byte("[DONE]")) {
 			continue
 		}
-		var chunk struct {
-			Choices []struct {
-				Delta struct {
-					Content string `json:"content"`
-				} `json:"delta"`
-			} `json:"choices"`
-			Usage *struct {
-				CompletionTokens int `json:"completion_tokens"`
-				Details          *struct {
-					CachedTokens int `json:"cached_tokens"`
-				} `json:"prompt_tokens_details"`
-			} `json:"usage"`
-			Error *struct {
-				Message string `json:"message"`
-			} `json:"error"`
-		}
-		if err := json.Unmarshal(data, &chunk); err != nil {
+		var ev streamEvent
+		if err := json.Unmarshal(data, &ev); err != nil {
 			continue
 		}
-		if chunk.Error != nil {
-			s.Err = errors.New(chunk.Error.Message)
+		if ev.Error != nil {
+			s.Err = errors.New(ev.Error.Message)
 			return s
 		}
-		now := time.Now()
-		for _, c := range chunk.Choices {
-			if c.Delta.Content == "" {
-				continue
+		tokens := 0
+		for _, c := range ev.Choices {
+			if c.Delta.Content != "" {
+				tokens++
 			}
+		}
+		if ev.Type == "content_block_delta" && ev.Delta.Text != "" {
+			tokens++
+		}
+		now := time.Now()
+		for range tokens {
 			if s.TTFT == 0 {
 				s.TTFT = now.Sub(s.Start)
 			} else {
@@ -264,10 +351,13 @@ func send(ctx context.Context, cfg Config, base string, a workload.Arrival) Samp
 			last = now
 			chunks++
 		}
-		if chunk.Usage != nil {
-			s.OutputTokens = chunk.Usage.CompletionTokens
-			if chunk.Usage.Details != nil {
-				s.CachedTokens = chunk.Usage.Details.CachedTokens
+		if u := ev.Message.Usage; u != nil { // message_start
+			s.CachedTokens = u.CacheReadInputTokens
+		}
+		if u := ev.Usage; u != nil {
+			s.OutputTokens = max(u.CompletionTokens, u.OutputTokens)
+			if u.Details != nil {
+				s.CachedTokens = u.Details.CachedTokens
 			}
 		}
 	}
@@ -293,6 +383,7 @@ func statusError(resp *http.Response) (string, error) {
 		Error struct {
 			Message string `json:"message"`
 			Code    any    `json:"code"` // a string here; some servers send a number
+			Type    string `json:"type"`
 		} `json:"error"`
 	}
 	msg := strings.TrimSpace(string(body))
@@ -303,6 +394,9 @@ func statusError(resp *http.Response) (string, error) {
 		msg = msg[:200] + "…"
 	}
 	code, _ := e.Error.Code.(string)
+	if code == "" {
+		code = e.Error.Type // Anthropic's shape names only its type
+	}
 	if msg == "" {
 		return code, fmt.Errorf("status %d", resp.StatusCode)
 	}

@@ -135,3 +135,43 @@ func TestANonOKAnswerCarriesTheServersMessage(t *testing.T) {
 		t.Errorf("recorded as %q: a 429 with a code counts as that refusal", rec.Dropped)
 	}
 }
+
+// TestRunSpeaksEveryAPI: the same workload sent as Anthropic Messages and
+// as embeddings is measured as chat is: every request served, Messages
+// with its output and cached tokens, embeddings with its answer's time.
+func TestRunSpeaksEveryAPI(t *testing.T) {
+	p, _ := profile.Lookup("llama3-8b-h100")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	_, engineURL, err := server.ServeLoopback(ctx, server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, api := range []string{APIMessages, APIEmbeddings} {
+		var arrivals []workload.Arrival
+		for i := range 6 {
+			req := &request.Request{ID: string(rune('a' + i)), PromptTokens: 300, MaxTokens: 8, Blocks: []uint64{42, uint64(i)}, BlockTokens: 128}
+			arrivals = append(arrivals, workload.Arrival{At: time.Duration(i) * 20 * time.Millisecond, Region: "r", Request: req})
+		}
+		res, samples, err := Run(ctx, Config{Default: engineURL, API: api, Source: workload.NewSliceSource(arrivals), SLO: request.SLO{TTFT: time.Second}, Label: api})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Completed != 6 || len(samples) != 6 {
+			t.Fatalf("%s: %+v", api, res)
+		}
+		cached := 0
+		for _, s := range samples {
+			cached += s.CachedTokens
+			if !s.OK() || s.TTFT <= 0 || (api == APIMessages && s.OutputTokens != 8) {
+				t.Errorf("%s: sample %+v", api, s)
+			}
+		}
+		if api == APIMessages && cached == 0 {
+			t.Errorf("messages: requests sharing a 128-token block showed no cache reads")
+		}
+	}
+	if _, _, err := Run(ctx, Config{Default: engineURL, API: "grpc", Source: workload.NewSliceSource(nil)}); err == nil || !strings.Contains(err.Error(), "messages") {
+		t.Errorf("an unknown API: %v, want an error naming the APIs", err)
+	}
+}
