@@ -180,6 +180,12 @@ type Config struct {
 	// serve (as vLLM's --served-model-name): the proxy rewrites the body's
 	// model and lists the aliases in /v1/models.
 	ModelAliases map[string]string `yaml:"model_aliases"`
+	// ModelEndpoints says which endpoints a model serves, model=kinds
+	// ("+"-separated kinds or the groups generate and pooling, see
+	// request.ParseKinds): a request for another endpoint is refused at
+	// once, and /v1/models lists each model's endpoints. A model not
+	// named may serve every endpoint (its engines decide).
+	ModelEndpoints map[string]string `yaml:"model_endpoints"`
 
 	ScrapeInterval  time.Duration `yaml:"scrape_interval"`  // how often each replica's /metrics is read
 	ResolveInterval time.Duration `yaml:"resolve_interval"` // how often a DNS-named pool is resolved again

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -36,6 +37,7 @@ func endpointEngines(region string) []server.Config {
 func startEndpointCluster(t *testing.T) *node.Cluster {
 	c := nodetest.Start(t, nodetest.Options{RegionEngines: endpointEngines, Proxy: func(cfg *proxy.Config) {
 		cfg.Profile = "llama3-8b-a100"
+		cfg.ModelEndpoints = map[string]string{"embedder": "pooling", "llama-8b": "generate"}
 	}})
 	ap := c.Region("ap-east")
 	nodetest.Eventually(t, nodetest.Converge, "ap-east lists embedder, which only eu-west serves", func() (bool, string) {
@@ -155,6 +157,35 @@ func TestEmbeddingsRerankThroughTheMesh(t *testing.T) {
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) || apiErr.StatusCode < 400 {
 		t.Errorf("an ap-resident embedding of a model only eu-west serves: %v, want refused", err)
+	}
+
+	// Which model serves which endpoint (SKYWALKER_MODEL_ENDPOINTS): in
+	// /v1/models, and a request for another endpoint refused at once.
+	resp, err := http.Get(c.Region("ap-east").URL + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list struct {
+		Data []struct {
+			ID        string   `json:"id"`
+			Endpoints []string `json:"skywalker_endpoints"`
+		} `json:"data"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&list)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, card := range list.Data {
+		embeds, chats := slices.Contains(card.Endpoints, "/v1/embeddings"), slices.Contains(card.Endpoints, "/v1/messages")
+		if (card.ID == "embedder") != embeds || (card.ID == "llama-8b") != chats {
+			t.Errorf("/v1/models lists %s with endpoints %v", card.ID, card.Endpoints)
+		}
+	}
+	_, err = client.Embeddings.New(ctx, openai.EmbeddingNewParams{Model: "llama-8b",
+		Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("x")}})
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || !strings.Contains(apiErr.Message, "does not serve embeddings") {
+		t.Errorf("embeddings of a generative model: %v, want a 400 saying it does not serve them", err)
 	}
 
 	for _, path := range []string{"/v1/rerank", "/rerank", "/v2/rerank", "/score", "/v1/score", "/tokenize"} {

@@ -111,6 +111,10 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 			return
 		}
 		req.SetPool(base, adapter)
+		if refused := s.servesEndpoint(req, kind); refused != nil {
+			s.reject(w, shape, refused, "bad_request")
+			return
+		}
 		if h := s.cfg.SessionHeader; h != "" {
 			req.SetAffinityHeader(r.Header.Get(h))
 		}
@@ -338,8 +342,9 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	}{Object: "list", Data: []json.RawMessage{}}
 	byID := map[string]json.RawMessage{}
 	for _, c := range cards {
-		list.Data = append(list.Data, c.Raw)
-		byID[c.ID] = c.Raw
+		raw := s.withEndpoints(c.ID, c.Raw)
+		list.Data = append(list.Data, raw)
+		byID[c.ID] = raw
 	}
 	aliases := make([]string, 0, len(s.cfg.ModelAliases))
 	for a := range s.cfg.ModelAliases {
@@ -361,7 +366,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 		if _, ok := byID[m.id]; !ok {
 			raw, _ := json.Marshal(map[string]any{"id": m.id, "object": "model", "created": s.started.Unix(),
 				"owned_by": "skywalker:" + strings.Join(m.regions, ","), "root": m.id, "parent": nil})
-			list.Data = append(list.Data, raw)
+			list.Data = append(list.Data, s.withEndpoints(m.id, raw))
 		}
 	}
 	writeJSON(w, 200, list)
@@ -462,4 +467,56 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// endpointsFor is the endpoints model serves (Config.ModelEndpoints: the
+// model as named, else its base model); nil when not configured.
+func (s *Server) endpointsFor(model, base string) []request.Kind {
+	if kinds, ok := s.endpointsOf[model]; ok {
+		return kinds
+	}
+	return s.endpointsOf[base]
+}
+
+// servesEndpoint refuses a request for an endpoint its model does not
+// serve (Config.ModelEndpoints).
+func (s *Server) servesEndpoint(req *request.Request, kind request.Kind) *apierr.Error {
+	kinds := s.endpointsFor(req.Model, req.Base)
+	if kinds == nil || slices.Contains(kinds, kind) {
+		return nil
+	}
+	return apierr.Invalid("model", "the model %q does not serve %s requests; it serves %s (SKYWALKER_MODEL_ENDPOINTS)", req.Model, kind, endpointNames(kinds))
+}
+
+func endpointNames(kinds []request.Kind) string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = k.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// withEndpoints adds to a model card the endpoints its model serves
+// (skywalker_endpoints: their paths), when configured.
+func (s *Server) withEndpoints(id string, raw json.RawMessage) json.RawMessage {
+	kinds := s.endpointsFor(id, "")
+	if kinds == nil {
+		return raw
+	}
+	card := map[string]any{}
+	if json.Unmarshal(raw, &card) != nil {
+		return raw
+	}
+	var paths []string
+	for _, e := range Endpoints {
+		if slices.Contains(kinds, e.Kind) {
+			paths = append(paths, e.Path)
+		}
+	}
+	card["skywalker_endpoints"] = paths
+	out, err := json.Marshal(card)
+	if err != nil {
+		return raw
+	}
+	return out
 }

@@ -67,7 +67,8 @@ type Server struct {
 	ids           atomic.Uint64
 	started       time.Time
 	gossipAddr    atomic.Pointer[string]
-	maxClass      request.Class // the most urgent class a client may ask for
+	maxClass      request.Class             // the most urgent class a client may ask for
+	endpointsOf   map[string][]request.Kind // Config.ModelEndpoints, parsed
 	// expiring ends when the drain deadline is near: what is still in
 	// flight is then ended with a status or an error event.
 	expiring context.Context
@@ -122,6 +123,10 @@ func New(cfg Config, opts Options) (*Server, error) {
 	}
 	markers.clockOffset = s.router.clockOffset
 	s.maxClass, _ = request.ParseClass(cfg.PriorityClassMax) // validated above
+	s.endpointsOf = map[string][]request.Kind{}
+	for model, list := range cfg.ModelEndpoints {
+		s.endpointsOf[model], _ = request.ParseKinds(list) // validated above
+	}
 	s.expiring, s.expire = context.WithCancel(context.Background())
 	s.relayLog = log.New(slogWriter{s.log}, "", 0)
 	s.loops = &poolLoops{r: s.router, cfg: cfg, cp: cfg.ControlPlane(), client: &http.Client{Transport: transport}, log: s.log, logEvery: s.logEvery}

@@ -123,6 +123,8 @@ var settings = describe([]Setting{
 	{Field: "BytesPerToken", Env: "SKYWALKER_BYTES_PER_TOKEN", Help: "prompt bytes per token (4: English text under Llama-3)", check: is(between(1, 64))},
 	{Field: "ModelAliases", Env: "SKYWALKER_MODEL_ALIASES", Help: "names clients may ask for, alias=model,... (as vLLM's --served-model-name): the body's model is rewritten and the aliases listed in /v1/models",
 		Derived: "none", check: is(aliases)},
+	{Field: "ModelEndpoints", Env: "SKYWALKER_MODEL_ENDPOINTS", Help: "the endpoints each model serves, model=kinds,... with kinds +-separated endpoint names (chat, completion, responses, messages, count_tokens, embeddings, rerank, score, tokenize, detokenize) or vLLM's runners generate and pooling (e.g. bge-m3=pooling,llama-8b=generate): another endpoint is refused at once (400) and /v1/models lists each model's (skywalker_endpoints); set it alike in every region",
+		Derived: "none: a model may serve every endpoint; its engines decide", check: is(modelEndpoints)},
 	{Field: "TTFTObjective", Env: "SKYWALKER_TTFT_SLO", Help: "TTFT objective of standard requests, for SLO-aware admission (a request that cannot meet it is refused at once, 429); 0 turns admission off",
 		check: is(objective)},
 	{Field: "TTFTObjectiveCritical", Env: "SKYWALKER_TTFT_SLO_CRITICAL", Help: "TTFT objective of critical requests", Derived: "the standard objective", check: is(objective)},
@@ -495,6 +497,15 @@ func aliases(m map[string]string) string {
 	for alias, model := range m {
 		if alias == "" || model == "" || alias == model {
 			return fmt.Sprintf("%q=%q: an alias and the model it names must differ and not be empty", alias, model)
+		}
+	}
+	return ""
+}
+
+func modelEndpoints(m map[string]string) string {
+	for model, kinds := range m {
+		if _, err := request.ParseKinds(kinds); err != nil || model == "" {
+			return fmt.Sprintf("%q=%q: %v", model, kinds, err)
 		}
 	}
 	return ""

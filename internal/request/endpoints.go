@@ -2,6 +2,8 @@ package request
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	"skywalker/internal/apierr"
 )
@@ -190,4 +192,42 @@ func (p *parser) scoreSide(param string) error {
 		return apierr.Invalid(param, "%s must not be empty", param)
 	}
 	return err
+}
+
+// Endpoint groups, as vLLM's runners serve them: a generative model's
+// endpoints and a pooling model's (both tokenize).
+var (
+	GenerateKinds = []Kind{Chat, Completion, Responses, Messages, CountTokens, Tokenize, Detokenize}
+	PoolingKinds  = []Kind{Embeddings, Rerank, Score, Tokenize, Detokenize}
+)
+
+// ParseKinds reads a "+"-separated list of endpoint kinds (chat,
+// completion, responses, messages, count_tokens, embeddings, rerank,
+// score, tokenize, detokenize) and groups (generate, pooling), e.g.
+// "pooling" or "chat+embeddings".
+func ParseKinds(list string) ([]Kind, error) {
+	var out []Kind
+	add := func(ks ...Kind) {
+		for _, k := range ks {
+			if !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	for name := range strings.SplitSeq(list, "+") {
+		switch name = strings.TrimSpace(name); name {
+		case "generate":
+			add(GenerateKinds...)
+		case "pooling":
+			add(PoolingKinds...)
+		default:
+			i := slices.Index(kindNames[:], name)
+			if i < 0 {
+				return nil, fmt.Errorf("unknown endpoint %q: want generate, pooling or one of %s", name, strings.Join(kindNames[:], ", "))
+			}
+			add(Kind(i))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
 }

@@ -1,6 +1,7 @@
 package request
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -150,4 +151,23 @@ func FuzzParseEndpoints(f *testing.F) {
 			t.Fatalf("inconsistent %s request: %+v", k, req)
 		}
 	})
+}
+
+func TestParseKinds(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		want []Kind
+		bad  bool
+	}{
+		{"pooling", []Kind{Embeddings, Rerank, Score, Tokenize, Detokenize}, false},
+		{"chat+embeddings", []Kind{Chat, Embeddings}, false},
+		{"generate+pooling", []Kind{Chat, Completion, Responses, Messages, CountTokens, Embeddings, Rerank, Score, Tokenize, Detokenize}, false},
+		{"chat+audio", nil, true},
+		{"", nil, true},
+	} {
+		got, err := ParseKinds(tc.list)
+		if (err != nil) != tc.bad || (!tc.bad && fmt.Sprint(got) != fmt.Sprint(tc.want)) {
+			t.Errorf("%q: %v %v, want %v (error %v)", tc.list, got, err, tc.want, tc.bad)
+		}
+	}
 }
