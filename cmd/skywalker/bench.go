@@ -132,5 +132,6 @@ answer, a stream that broke).`,
 	f.StringVar(&format, "format", "table", "output: table, json or markdown")
 	f.Float64Var(&maxFailed, "max-failed", 0.01, "share of requests that may fail before bench exits with status 1")
 	f.BoolVar(&quiet, "quiet", false, "no progress bar")
+	cmd.AddCommand(newGatewayBenchCommand())
 	return cmd
 }

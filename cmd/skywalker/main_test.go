@@ -147,6 +147,8 @@ func TestNumericFlagsAreValidated(t *testing.T) {
 		{"bench", "--endpoints", "http://127.0.0.1:1", "--speedup", "0"},
 		{"bench", "--endpoints", "http://127.0.0.1:1", "--max-failed", "2"},
 		{"bench", "--endpoints", "http://127.0.0.1:1", "--limit", "-1"},
+		{"bench", "gateway", "--rate", "0"},
+		{"bench", "gateway", "--duration", "0s"},
 		{"plan", "--scenario", "quickstart", "--capacity", "-2"},
 		{"plan", "--scenario", "quickstart", "--capacity", "2", "--target", "1.5"},
 		{"plan", "--scenario", "quickstart", "--capacity", "2", "--trace-scale", "0"},

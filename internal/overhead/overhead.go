@@ -1,0 +1,217 @@
+// Package overhead measures what a gateway adds in front of an engine
+// that answers at once, beside nginx and HAProxy, in one run: added
+// latency at a fixed request rate (1 KB and 400 KB chat bodies, 1 and 16
+// connections, time to the first byte of a stream), maximum requests/s
+// per core and CPU per request (wrk, each gateway pinned to one core, the
+// client and the upstream on another), and resident memory. It starts
+// every process it measures and stops them all, whatever happens
+// (`skywalker bench gateway`; README "Measurements: the proxy").
+package overhead
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"time"
+)
+
+// Config is one benchmark run.
+type Config struct {
+	Exe        string        // the skywalker binary (serve is started from it)
+	Dir        string        // scratch directory for configurations and logs
+	Duration   time.Duration // each measurement's length; default 5 s
+	Rate       float64       // requests/s of the fixed-rate runs on one connection; default 200 (×8 on 16)
+	ProxyCore  int           // the core every gateway is pinned to; -1: not pinned
+	ClientCore int           // the core wrk is pinned to
+	// Sustain, if positive, also runs SkyWalker at 3,000 requests/s on 16
+	// connections for that long and reports its resident memory.
+	Sustain time.Duration
+	Log     io.Writer // progress lines
+}
+
+// Row is one gateway's measurements: latencies in µs (absolute for the
+// upstream alone, added over it for a gateway).
+type Row struct {
+	Name                        string
+	P50_1KB, P99_1KB            float64
+	P50_1KB16, P99_1KB16        float64
+	P50_400KB, P99_400KB        float64
+	TTFB50, TTFB99              float64
+	MaxRPS                      float64 // 1 KB, 16 connections, one core
+	CPU1KB, CPU400KB            float64 // µs of the gateway's CPU per request
+	RSSMB, PeakMB               float64
+	SustainRSSMB, SustainPeakMB float64
+	SustainRPS                  float64
+}
+
+// Run measures the upstream alone and each gateway found (SkyWalker
+// always; nginx and HAProxy when installed, else a note says so), and
+// returns the rows, direct first.
+func Run(ctx context.Context, cfg Config) ([]Row, []string, error) {
+	if cfg.Duration <= 0 {
+		cfg.Duration = 5 * time.Second
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 200
+	}
+	if cfg.Log == nil {
+		cfg.Log = io.Discard
+	}
+	if _, err := exec.LookPath("taskset"); err != nil {
+		cfg.ProxyCore, cfg.ClientCore = -1, -1
+	}
+	if _, err := exec.LookPath("wrk"); err != nil {
+		return nil, nil, errors.New("wrk is not installed (apt-get install wrk; scripts/gateway-bench.sh installs it)")
+	}
+	up, err := StartUpstream()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer up.Close()
+	var notes []string
+	targets := []*Target{{Name: "direct", URL: up.URL}}
+	sky, err := StartSkyWalker(ctx, cfg.Dir, cfg.Exe, up.URL, cfg.ProxyCore)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sky.Stop()
+	targets = append(targets, sky)
+	for _, s := range []struct {
+		name  string
+		start func(dir, upstream string, core int) (*Target, error)
+	}{{"nginx", StartNginx}, {"haproxy", StartHAProxy}} {
+		t, err := s.start(cfg.Dir, up.URL, cfg.ProxyCore)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("no %s column: %v", s.name, err))
+			continue
+		}
+		defer t.Stop()
+		targets = append(targets, t)
+	}
+	var rows []Row
+	for _, t := range targets {
+		fmt.Fprintf(cfg.Log, "measuring %s ...\n", t.Name)
+		r, err := measureTarget(ctx, cfg, t)
+		if err != nil {
+			return rows, notes, fmt.Errorf("%s: %w", t.Name, err)
+		}
+		rows = append(rows, r)
+	}
+	if cfg.Sustain > 0 {
+		fmt.Fprintf(cfg.Log, "sustaining 3,000 requests/s through skywalker for %v ...\n", cfg.Sustain)
+		lat, err := Latencies(ctx, sky.URL, ChatBody(1<<10, false), 16, 3000, cfg.Sustain, false)
+		if err != nil {
+			return rows, notes, fmt.Errorf("sustained run: %w", err)
+		}
+		rows[1].SustainRPS = float64(len(lat)) / cfg.Sustain.Seconds()
+		rows[1].SustainRSSMB, rows[1].SustainPeakMB = RSS(sky.PID)
+	}
+	// Latencies over the upstream alone are what each gateway adds.
+	for i := 1; i < len(rows); i++ {
+		d, r := rows[0], &rows[i]
+		r.P50_1KB, r.P99_1KB = r.P50_1KB-d.P50_1KB, r.P99_1KB-d.P99_1KB
+		r.P50_1KB16, r.P99_1KB16 = r.P50_1KB16-d.P50_1KB16, r.P99_1KB16-d.P99_1KB16
+		r.P50_400KB, r.P99_400KB = r.P50_400KB-d.P50_400KB, r.P99_400KB-d.P99_400KB
+		r.TTFB50, r.TTFB99 = r.TTFB50-d.TTFB50, r.TTFB99-d.TTFB99
+	}
+	return rows, notes, nil
+}
+
+// measureTarget runs every measurement against one target.
+func measureTarget(ctx context.Context, cfg Config, t *Target) (Row, error) {
+	r := Row{Name: t.Name}
+	small, large, stream := ChatBody(1<<10, false), ChatBody(400<<10, false), ChatBody(1<<10, true)
+	d := cfg.Duration
+	runs := []struct {
+		body      []byte
+		conns     int
+		rate      float64
+		firstByte bool
+		p50, p99  *float64
+	}{
+		{small, 1, cfg.Rate, false, &r.P50_1KB, &r.P99_1KB},
+		{small, 16, 8 * cfg.Rate, false, &r.P50_1KB16, &r.P99_1KB16},
+		{large, 1, cfg.Rate / 4, false, &r.P50_400KB, &r.P99_400KB},
+		{stream, 1, cfg.Rate, true, &r.TTFB50, &r.TTFB99},
+	}
+	for _, run := range runs {
+		lat, err := Latencies(ctx, t.URL, run.body, run.conns, run.rate, d, run.firstByte)
+		if err != nil {
+			return r, err
+		}
+		*run.p50, *run.p99 = pctl(lat, 0.5), pctl(lat, 0.99)
+	}
+	tp, err := MaxThroughput(ctx, cfg.Dir, t.URL, small, 16, d, cfg.ClientCore, t.PID)
+	if err != nil {
+		return r, err
+	}
+	r.MaxRPS, r.CPU1KB = tp.RPS, tp.CPUPerUs
+	tp, err = MaxThroughput(ctx, cfg.Dir, t.URL, large, 1, d, cfg.ClientCore, t.PID)
+	if err != nil {
+		return r, err
+	}
+	r.CPU400KB = tp.CPUPerUs
+	if t.PID > 0 {
+		r.RSSMB, r.PeakMB = RSS(t.PID)
+	}
+	return r, nil
+}
+
+// Table writes rows as a Markdown table, with each gateway's ratio to
+// nginx's where nginx was measured.
+func Table(w io.Writer, rows []Row) {
+	fmt.Fprintln(w, "| gateway | 1 KB p50 | 1 KB p99 | 1 KB p50 @16 | 1 KB p99 @16 | 400 KB p50 | 400 KB p99 | stream TTFB p50 | max req/s (1 core) | CPU µs/req 1 KB | CPU µs/req 400 KB | RSS MB (peak) |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	us := func(v float64) string { return fmt.Sprintf("%.0f µs", v) }
+	var nginx *Row
+	for i := range rows {
+		if rows[i].Name == "nginx" {
+			nginx = &rows[i]
+		}
+	}
+	for i, r := range rows {
+		name := r.Name + " (added)"
+		if i == 0 {
+			name = "upstream alone (absolute)"
+		}
+		cpu1, cpu400, rss := "—", "—", "—"
+		if r.Name != "direct" {
+			cpu1, cpu400, rss = fmt.Sprintf("%.0f", r.CPU1KB), fmt.Sprintf("%.0f", r.CPU400KB), fmt.Sprintf("%.0f (%.0f)", r.RSSMB, r.PeakMB)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %.0f | %s | %s | %s |\n", name, us(r.P50_1KB), us(r.P99_1KB), us(r.P50_1KB16), us(r.P99_1KB16),
+			us(r.P50_400KB), us(r.P99_400KB), us(r.TTFB50), r.MaxRPS, cpu1, cpu400, rss)
+	}
+	if nginx == nil {
+		return
+	}
+	for _, r := range rows[1:] {
+		if r.Name == "nginx" {
+			continue
+		}
+		ratio := func(a, b float64) string {
+			if b == 0 {
+				return "—"
+			}
+			return fmt.Sprintf("%.2f×", a/b)
+		}
+		diff := func(a, b float64) string { return fmt.Sprintf("%+.0f µs", a-b) }
+		fmt.Fprintf(w, "| %s vs nginx | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", r.Name, diff(r.P50_1KB, nginx.P50_1KB), diff(r.P99_1KB, nginx.P99_1KB),
+			diff(r.P50_1KB16, nginx.P50_1KB16), diff(r.P99_1KB16, nginx.P99_1KB16), diff(r.P50_400KB, nginx.P50_400KB), diff(r.P99_400KB, nginx.P99_400KB),
+			diff(r.TTFB50, nginx.TTFB50), ratio(r.MaxRPS, nginx.MaxRPS), ratio(r.CPU1KB, nginx.CPU1KB), ratio(r.CPU400KB, nginx.CPU400KB), ratio(r.RSSMB, nginx.RSSMB))
+	}
+	for _, r := range rows {
+		if r.SustainRPS > 0 {
+			fmt.Fprintf(w, "\n%s sustained %.0f requests/s: RSS %.0f MB (peak %.0f MB).\n", r.Name, r.SustainRPS, r.SustainRSSMB, r.SustainPeakMB)
+		}
+	}
+}
+
+// Pinning says how the run was pinned, for the table's caption.
+func Pinning(cfg Config) string {
+	if cfg.ProxyCore < 0 {
+		return "not pinned (no taskset)"
+	}
+	return fmt.Sprintf("each gateway on core %d; wrk, the Go client and the upstream on core %d", cfg.ProxyCore, cfg.ClientCore)
+}
