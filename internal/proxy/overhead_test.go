@@ -4,14 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -20,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"skywalker/internal/overhead"
 	"skywalker/internal/tracing"
 )
 
@@ -149,9 +146,9 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	defer func() { _ = tracer.Shutdown(context.Background()) }()
 	traced := "http://" + startSoloWith(b, []string{backend.URL}, func(c *Config) { c.MaxInFlight = 1 << 20 }, Options{Tracer: tracer}).addr
 	targets := []struct{ name, url string }{{"direct", backend.URL}, {"skywalker", sky}, {"skywalker traced", traced}, {"httputil.ReverseProxy", rp.URL}}
-	if ng, stop, err := startNginx(b.TempDir(), u.Host); err == nil {
-		defer stop()
-		targets = append(targets, struct{ name, url string }{"nginx least_conn", ng})
+	if ng, err := overhead.StartNginx(b.TempDir(), backend.URL, -1); err == nil {
+		defer ng.Stop()
+		targets = append(targets, struct{ name, url string }{"nginx", ng.URL})
 	} else {
 		b.Logf("no nginx column: %v", err)
 	}
@@ -179,7 +176,7 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14v %12v %9.2fx\n", "skywalker added", s[0]-d[0], s[1]-d[1], s[2]-d[2], s[3]-d[3], s[4], s[5]-d[5], float64(s[6])/float64(h[6]))
 		fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14v %12v %9.2fx\n", "tracing on adds", tr[0]-s[0], tr[1]-s[1], tr[2]-s[2], tr[3]-s[3], tr[4]-s[4], tr[5]-s[5], float64(tr[6])/float64(s[6]))
 		fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14v %12v\n", "ReverseProxy added", h[0]-d[0], h[1]-d[1], h[2]-d[2], h[3]-d[3], h[4], h[5]-d[5])
-		if n, ok := results["nginx least_conn"]; ok {
+		if n, ok := results["nginx"]; ok {
 			fmt.Fprintf(&table, "%-22s %12v %12v %12v %12v %14s %12v %9.2fx\n", "nginx added", n[0]-d[0], n[1]-d[1], n[2]-d[2], n[3]-d[3], "(separate process)", n[5]-d[5], float64(s[6])/float64(n[6]))
 		}
 		b.Log(table.String())
@@ -189,62 +186,4 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		b.ReportMetric(float64((s[5] - d[5]).Microseconds()), "added-sse-first-µs")
 		b.ReportMetric(float64(s[6])/float64(h[6]), "rps-vs-reverseproxy")
 	}
-}
-
-// startNginx runs nginx (if installed) as a least_conn reverse proxy to
-// backend on a free port, unbuffered so SSE streams through, and returns
-// its URL. nginx's CPU is its own process's, so its CPU column is not
-// comparable and is left out.
-func startNginx(dir, backend string) (string, func(), error) {
-	bin, err := exec.LookPath("nginx")
-	if err != nil {
-		return "", nil, err
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	addr := l.Addr().String()
-	l.Close()
-	conf := fmt.Sprintf(`daemon off;
-worker_processes 1;
-pid %[1]s/nginx.pid;
-error_log %[1]s/error.log;
-events { worker_connections 1024; }
-http {
-  access_log off;
-  client_body_temp_path %[1]s/body;
-  proxy_temp_path %[1]s/proxy;
-  client_max_body_size 32m;
-  client_body_buffer_size 1m;
-  upstream backend { least_conn; server %[2]s; keepalive 64; }
-  server {
-    listen %[3]s;
-    location / {
-      proxy_pass http://backend;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_buffering off;
-    }
-  }
-}
-`, dir, backend, addr)
-	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
-		return "", nil, err
-	}
-	cmd := exec.Command(bin, "-c", path, "-p", dir)
-	if err := cmd.Start(); err != nil {
-		return "", nil, err
-	}
-	stop := func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
-	for range 100 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return "http://" + addr, stop, nil
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	return "", nil, fmt.Errorf("nginx did not start")
 }
