@@ -69,6 +69,9 @@ gateway against nginx. Every process it starts is stopped when it ends.`,
 			for _, n := range notes {
 				fmt.Fprintln(out, "\nnote:", n)
 			}
+			if cfg.Profile != "" {
+				fmt.Fprintf(out, "\nSkyWalker's profiles under the maximum-throughput run: go tool pprof -top %s/cpu.pprof; go tool pprof -sample_index=alloc_space -top %s/allocs.pprof\n", cfg.Profile, cfg.Profile)
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "measured in %v\n", time.Since(start).Round(time.Second))
 			return nil
 		},
@@ -79,5 +82,6 @@ gateway against nginx. Every process it starts is stopped when it ends.`,
 	f.IntVar(&cfg.ProxyCore, "proxy-core", 1, "the core every gateway is pinned to (-1: none)")
 	f.IntVar(&cfg.ClientCore, "client-core", 0, "the core the client, wrk and the upstream run on (-1: none)")
 	f.DurationVar(&cfg.Sustain, "sustain", 0, "also run SkyWalker at 3,000 requests/s on 16 connections this long and report its memory")
+	f.StringVar(&cfg.Profile, "profile", "", "write SkyWalker's CPU and allocation profiles under the maximum-throughput run to this directory (go tool pprof -top DIR/cpu.pprof)")
 	return cmd
 }

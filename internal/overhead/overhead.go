@@ -13,7 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 )
 
@@ -28,6 +31,10 @@ type Config struct {
 	// Sustain, if positive, also runs SkyWalker at 3,000 requests/s on 16
 	// connections for that long and reports its resident memory.
 	Sustain time.Duration
+	// Profile, if set, is a directory where SkyWalker's CPU profile
+	// (cpu.pprof) and allocation profile (allocs.pprof) under the maximum
+	// throughput run are written: the hot path as it serves.
+	Profile string
 	Log     io.Writer // progress lines
 }
 
@@ -72,7 +79,7 @@ func Run(ctx context.Context, cfg Config) ([]Row, []string, error) {
 	defer up.Close()
 	var notes []string
 	targets := []*Target{{Name: "direct", URL: up.URL}}
-	sky, err := StartSkyWalker(ctx, cfg.Dir, cfg.Exe, up.URL, cfg.ProxyCore)
+	sky, err := StartSkyWalker(ctx, cfg.Dir, cfg.Exe, up.URL, cfg.ProxyCore, cfg.Profile != "")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -143,7 +150,16 @@ func measureTarget(ctx context.Context, cfg Config, t *Target) (Row, error) {
 		}
 		*run.p50, *run.p99 = pctl(lat, 0.5), pctl(lat, 0.99)
 	}
+	profiled := make(chan error, 1)
+	if t.Admin != "" {
+		go func() { profiled <- profile(ctx, t.Admin, cfg.Profile, d) }()
+	} else {
+		profiled <- nil
+	}
 	tp, err := MaxThroughput(ctx, cfg.Dir, t.URL, small, 16, d, cfg.ClientCore, t.PID)
+	if perr := <-profiled; err == nil && perr != nil {
+		err = fmt.Errorf("profile: %w", perr)
+	}
 	if err != nil {
 		return r, err
 	}
@@ -214,4 +230,31 @@ func Pinning(cfg Config) string {
 		return "not pinned (no taskset)"
 	}
 	return fmt.Sprintf("each gateway on core %d; wrk, the Go client and the upstream on core %d", cfg.ProxyCore, cfg.ClientCore)
+}
+
+// profile saves the CPU profile of the process behind admin over d, then
+// its allocation profile, into dir.
+func profile(ctx context.Context, admin, dir string, d time.Duration) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, p := range []struct{ path, file string }{
+		{fmt.Sprintf("/debug/pprof/profile?seconds=%d", max(int(d.Seconds())-1, 1)), "cpu.pprof"},
+		{"/debug/pprof/allocs", "allocs.pprof"},
+	} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, admin+p.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		data, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s: %s %v", p.path, resp.Status, err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p.file), data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -21,7 +21,9 @@ type Target struct {
 	Name string
 	URL  string
 	PID  int // 0 for direct: no process of its own
-	cmd  *exec.Cmd
+	// Admin is SkyWalker's admin listener (/debug/pprof), when profiled.
+	Admin string
+	cmd   *exec.Cmd
 }
 
 // Stop ends the target's process and everything it started (its process
@@ -171,15 +173,22 @@ backend be
 }
 
 // StartSkyWalker runs `skywalker serve` (the binary at exe) as one region
-// in front of upstream: no peers, admin listener off, warnings only.
-func StartSkyWalker(ctx context.Context, dir, exe, upstream string, core int) (*Target, error) {
+// in front of upstream: no peers, warnings only, its admin listener
+// (/debug/pprof) on only when admin.
+func StartSkyWalker(ctx context.Context, dir, exe, upstream string, core int, admin bool) (*Target, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
+	adminAddr := "off"
+	if admin {
+		if adminAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+	}
 	cmd := pinned(core, exe, "serve", "--log-level", "warn")
 	cmd.Env = append(os.Environ(), "REGION_ID=bench", "LOCAL_WORKER_POOL="+upstream, "SKYWALKER_LISTEN="+addr,
-		"SKYWALKER_ADMIN_LISTEN=off", "SKYWALKER_MAX_IN_FLIGHT=100000")
+		"SKYWALKER_ADMIN_LISTEN="+adminAddr, "SKYWALKER_MAX_IN_FLIGHT=100000")
 	ready := func() bool {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/ready", nil)
 		resp, err := http.DefaultClient.Do(req)
@@ -192,6 +201,9 @@ func StartSkyWalker(ctx context.Context, dir, exe, upstream string, core int) (*
 	t, err := start("skywalker", "http://"+addr, cmd, filepath.Join(dir, "skywalker.log"), ready)
 	if err != nil && errors.Is(ctx.Err(), context.Canceled) {
 		return nil, ctx.Err()
+	}
+	if t != nil && admin {
+		t.Admin = "http://" + adminAddr
 	}
 	return t, err
 }

@@ -22,7 +22,17 @@ func (cannedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 
 // BenchmarkHandler400KB is the proxy's own CPU for one 400 KB chat request,
 // network excluded: read, parse, hash, route, relay.
-func BenchmarkHandler400KB(b *testing.B) {
+func BenchmarkHandler400KB(b *testing.B) { benchmarkHandler(b, 400<<10) }
+
+// BenchmarkHandler1KB is the same for a 1 KB request: the per-request
+// cost (routing, locks, timers, headers, metrics) with little to parse.
+// Profile the hot path with:
+//
+//	go test ./internal/proxy -run '^$' -bench 'Handler(1|400)KB' -cpuprofile cpu.out -memprofile mem.out
+//	go tool pprof -top cpu.out; go tool pprof -sample_index=alloc_space -top mem.out
+func BenchmarkHandler1KB(b *testing.B) { benchmarkHandler(b, 1<<10) }
+
+func benchmarkHandler(b *testing.B, size int) {
 	cfg := DefaultConfig()
 	cfg.Region, cfg.WorkerPool = "bench", []string{"http://replica:8000"}
 	cfg.MaxInFlight = 1 << 20
@@ -32,7 +42,7 @@ func BenchmarkHandler400KB(b *testing.B) {
 	}
 	urls, _ := initialReplicas(context.Background(), cfg)
 	_ = srv.router.SetReplicas(urls)
-	body := chatBodyOfSize(400 << 10)
+	body := chatBodyOfSize(size)
 	h := srv.Handler()
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()

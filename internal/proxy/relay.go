@@ -182,7 +182,7 @@ func (x *exchange) relay(w http.ResponseWriter, r *http.Request, o routed, err e
 		resp = x.fromReplica(resp, x.target.replica.name())
 	}
 	x.watch(resp)
-	x.s.copyResponse(w, r.WithContext(x.ctx), resp, x.label)
+	x.s.copyResponse(w, r.WithContext(x.ctx), resp, x.label, x.kind.Shape())
 }
 
 // outboundRequest is r as the proxy sends it upstream, under ctx: its
@@ -455,7 +455,7 @@ func (x *exchange) label(resp *http.Response) error {
 // library's ReverseProxy: the one copier of every answer the proxy
 // relays (a request's, and a stored response's). modify, if set, sees the
 // response first. resp's body is closed.
-func (s *Server) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, modify func(*http.Response) error) {
+func (s *Server) copyResponse(w http.ResponseWriter, r *http.Request, resp *http.Response, modify func(*http.Response) error, shape apierr.Shape) {
 	p := &httputil.ReverseProxy{
 		Rewrite:        func(*httputil.ProxyRequest) {},
 		Transport:      haveAnswer{resp},
@@ -464,7 +464,7 @@ func (s *Server) copyResponse(w http.ResponseWriter, r *http.Request, resp *http
 		BufferPool:     relayBuffers{},
 		ErrorLog:       s.relayLog,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			apierr.Write(w, &apierr.Error{Code: apierr.Upstream, Message: "the upstream answer could not be relayed: " + err.Error()})
+			apierr.WriteAs(w, &apierr.Error{Code: apierr.Upstream, Message: "the upstream answer could not be relayed: " + err.Error()}, shape)
 		},
 	}
 	p.ServeHTTP(w, r)

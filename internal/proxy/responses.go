@@ -285,7 +285,7 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 			resp.ContentLength = -1
 			resp.Header.Del("Content-Length")
 		}
-		s.copyResponse(w, r, resp, nil) // the copier every relayed answer goes through
+		s.copyResponse(w, r, resp, nil, apierr.OpenAI) // the copier every relayed answer goes through
 	}
 }
 
