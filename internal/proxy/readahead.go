@@ -69,6 +69,12 @@ func (r *readAhead) pump() {
 		}
 		n, err := r.src.Read(*chunk)
 		r.mu.Lock()
+		if r.closed {
+			// Close ran while this read was under way and gave back what
+			// the buffer held: what the read brought is nobody's.
+			r.mu.Unlock()
+			return
+		}
 		if n > 0 {
 			r.buf.Write((*chunk)[:n])
 			r.held.Add(int64(n))

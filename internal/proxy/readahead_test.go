@@ -192,3 +192,44 @@ func TestAClientThatNeverReadsIsCut(t *testing.T) {
 		return n == 0, fmt.Sprintf("%d bytes still counted", n)
 	})
 }
+
+// blockingSource is an upstream body whose Read waits for release, then
+// returns n bytes.
+type blockingSource struct {
+	reading chan struct{} // closed when the first Read began
+	release chan struct{}
+	n       int
+	once    sync.Once
+}
+
+func (b *blockingSource) Read(p []byte) (int, error) {
+	b.once.Do(func() { close(b.reading) })
+	<-b.release
+	return copy(p, make([]byte, b.n)), nil
+}
+
+func (b *blockingSource) Close() error { return nil }
+
+// TestBytesReadAfterCloseAreNotCounted: a read under way when the body is
+// closed (a client cut while the pump waits on the engine) brings bytes
+// nobody will take: they are not counted against the read-ahead budget.
+func TestBytesReadAfterCloseAreNotCounted(t *testing.T) {
+	s := &Server{cfg: DefaultConfig()}
+	x := &exchange{s: s, abandon: func(error) {}}
+	src := &blockingSource{reading: make(chan struct{}), release: make(chan struct{}), n: 1000}
+	r := newReadAhead(x, src)
+	go func() { _, _ = r.Read(make([]byte, 10)) }() // starts the pump, which waits in src.Read
+	<-src.reading
+	closed := make(chan struct{})
+	go func() { _ = r.Close(); close(closed) }()
+	testwait.Eventually(t, 10*time.Second, "Close marks the body closed", func() (bool, string) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.closed, "not closed yet"
+	})
+	close(src.release)
+	<-closed
+	if n := s.readAheadHeld.Load(); n != 0 {
+		t.Errorf("%d bytes read after Close are counted as read ahead", n)
+	}
+}
