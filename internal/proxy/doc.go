@@ -18,7 +18,7 @@
 // (the mesh's side: peers in, load and digest out, siblings' dispatches),
 // state.go (snapshots and explanations of the router's state), relay.go (the
 // handler's attempt loop: each attempt sent, its answer judged by the
-// core, retried before the first byte; ReverseProxy as the copier),
+// core, retried before the first byte; the copier of the answer),
 // watch.go (the body that reaches the client, to its end), readahead.go
 // (a slow reader does not slow the engine), upload.go (a slow uploader is
 // cut off, bodies share a memory budget), responses.go (the Responses

@@ -47,6 +47,7 @@ func TestADrainServesOrAnswersEveryRequestItHolds(t *testing.T) {
 	type answer struct {
 		status     int
 		retryAfter string
+		closed     bool // the proxy asked the client to close the connection after it
 		err        error
 	}
 	answers := make(chan answer, n)
@@ -60,7 +61,7 @@ func TestADrainServesOrAnswersEveryRequestItHolds(t *testing.T) {
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
-			answers <- answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After")}
+			answers <- answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), closed: resp.Close}
 		}()
 	}
 	testwait.Eventually(t, 30*time.Second, "all but one request held", func() (bool, string) {
@@ -72,9 +73,12 @@ func TestADrainServesOrAnswersEveryRequestItHolds(t *testing.T) {
 	testwait.Eventually(t, 10*time.Second, "the load summary to say draining", func() (bool, string) {
 		return p.srv.Router().Load().Draining, "Load().Draining is false"
 	})
-	ok, unavailable := 0, 0
+	ok, unavailable, closed := 0, 0, 0
 	for range n {
 		a := <-answers
+		if a.closed {
+			closed++
+		}
 		switch {
 		case a.err != nil:
 			t.Errorf("a request got no status: %v", a.err)
@@ -88,6 +92,11 @@ func TestADrainServesOrAnswersEveryRequestItHolds(t *testing.T) {
 	}
 	if ok < 2 || ok+unavailable != n {
 		t.Errorf("%d served, %d answered 503 of %d; the drain should serve what it can in time and answer the rest", ok, unavailable, n)
+	}
+	// Every answer given while draining (all but, perhaps, the one in
+	// flight when it began) asks the client to reconnect elsewhere.
+	if closed < n-1 {
+		t.Errorf("%d of %d answers carried Connection: close; want every one given while draining", closed, n)
 	}
 	if err := <-drained; err != nil {
 		t.Errorf("drain: %v", err)

@@ -178,6 +178,13 @@ func streamUntil(t *testing.T, base, body, stop string, header map[string]string
 // streamPathUntil is streamUntil at any endpoint's URL.
 func streamPathUntil(t *testing.T, url, body, stop string, header map[string]string) string {
 	t.Helper()
+	return streamPathUntilSignalling(t, url, body, stop, "", nil, header)
+}
+
+// streamPathUntilSignalling is streamPathUntil that closes seen once the
+// body holds mark (mark "": never).
+func streamPathUntilSignalling(t *testing.T, url, body, stop, mark string, seen chan struct{}, header map[string]string) string {
+	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for k, v := range header {
@@ -194,6 +201,10 @@ func streamPathUntil(t *testing.T, url, body, stop string, header map[string]str
 	for !strings.Contains(sb.String(), stop) {
 		n, err := resp.Body.Read(buf)
 		sb.Write(buf[:n])
+		if seen != nil && mark != "" && strings.Contains(sb.String(), mark) {
+			close(seen)
+			seen = nil
+		}
 		if err != nil {
 			break
 		}
@@ -258,14 +269,19 @@ func TestOutcomesTellTheTruth(t *testing.T) {
 	})
 
 	failedBefore := requestsTotal(t, us.AdminURL, "failed_midstream")
-	done := make(chan string)
-	go func() { done <- streamUntil(t, us.URL, long, "data: [DONE]", nil) }()
-	nodetest.Eventually(t, 30*time.Second, "the long stream runs on the replica about to be killed", func() (bool, string) {
-		n := runningAt(t, us.Engines[0].URL)
-		return n >= 1, fmt.Sprintf("%v running", n)
-	})
+	done, streaming := make(chan string), make(chan struct{})
+	go func() {
+		done <- streamPathUntilSignalling(t, us.URL+"/v1/chat/completions", long, "data: [DONE]", `"content":"`, streaming, nil)
+	}()
+	// Killed once the client has a token (before it, the request would
+	// rightly be retried elsewhere, and nothing would have broken).
+	select {
+	case <-streaming:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the long stream sent no token within 30 s")
+	}
 	us.Engines[0].Kill()
-	if body := <-done; !strings.Contains(body, `"upstream_error"`) && !strings.Contains(body, "[DONE]") {
+	if body := <-done; !strings.Contains(body, `"upstream_error"`) {
 		t.Errorf("a stream the engine broke ended without an error event: %.300s", body)
 	}
 	nodetest.Eventually(t, 30*time.Second, "the broken stream counted failed_midstream", func() (bool, string) {

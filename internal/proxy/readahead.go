@@ -20,7 +20,7 @@ import (
 // goroutine and, once the buffer is full, the slot again.
 
 // readAhead is a response body read ahead of its reader. The first Read
-// starts the pump (after ReverseProxy has sent the headers, so the pump
+// starts the pump (after the copier has sent the headers, so the pump
 // never runs beside ModifyResponse); Close stops it and waits for it, so
 // whatever the pump wrote in the exchange happens before the handler
 // accounts for it.

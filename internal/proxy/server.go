@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -47,7 +46,6 @@ type Server struct {
 	opts     Options
 	log      *slog.Logger
 	router   *Router
-	relayLog *log.Logger // ReverseProxy's log lines, as debug records
 	upstream http.RoundTripper
 	loops    *poolLoops
 	markers  *markers
@@ -128,7 +126,6 @@ func New(cfg Config, opts Options) (*Server, error) {
 		s.endpointsOf[model], _ = request.ParseKinds(list) // validated above
 	}
 	s.expiring, s.expire = context.WithCancel(context.Background())
-	s.relayLog = log.New(slogWriter{s.log}, "", 0)
 	s.loops = &poolLoops{r: s.router, cfg: cfg, cp: cfg.ControlPlane(), client: &http.Client{Transport: transport}, log: s.log, logEvery: s.logEvery}
 	s.metrics = newMetrics(cfg.Region, s.router)
 	s.loops.kvCount = s.metrics.kvEvents
