@@ -97,14 +97,18 @@ func Run(ctx context.Context, cfg Config) ([]Row, []string, error) {
 		defer t.Stop()
 		targets = append(targets, t)
 	}
-	var rows []Row
-	for _, t := range targets {
-		fmt.Fprintf(cfg.Log, "measuring %s ...\n", t.Name)
-		r, err := measureTarget(ctx, cfg, t)
-		if err != nil {
-			return rows, notes, fmt.Errorf("%s: %w", t.Name, err)
+	rows := make([]Row, len(targets))
+	for i, t := range targets {
+		rows[i].Name = t.Name
+	}
+	if err := measureLatencies(ctx, cfg, targets, rows); err != nil {
+		return nil, notes, err
+	}
+	for i, t := range targets {
+		fmt.Fprintf(cfg.Log, "measuring %s's throughput ...\n", t.Name)
+		if err := measureThroughput(ctx, cfg, t, &rows[i]); err != nil {
+			return nil, notes, fmt.Errorf("%s: %w", t.Name, err)
 		}
-		rows = append(rows, r)
 	}
 	if cfg.Sustain > 0 {
 		fmt.Fprintf(cfg.Log, "sustaining 3,000 requests/s through skywalker for %v ...\n", cfg.Sustain)
@@ -126,30 +130,53 @@ func Run(ctx context.Context, cfg Config) ([]Row, []string, error) {
 	return rows, notes, nil
 }
 
-// measureTarget runs every measurement against one target.
-func measureTarget(ctx context.Context, cfg Config, t *Target) (Row, error) {
-	r := Row{Name: t.Name}
+// rounds is how many turns the targets take at each latency measurement:
+// interleaved in short turns, they see the same drift of a shared machine.
+const rounds = 5
+
+// measureLatencies runs the fixed-rate measurements, the targets taking
+// turns, and sets each row's percentiles.
+func measureLatencies(ctx context.Context, cfg Config, targets []*Target, rows []Row) error {
 	small, large, stream := ChatBody(1<<10, false), ChatBody(400<<10, false), ChatBody(1<<10, true)
-	d := cfg.Duration
 	runs := []struct {
+		name      string
 		body      []byte
 		conns     int
 		rate      float64
 		firstByte bool
-		p50, p99  *float64
+		p50, p99  func(*Row) *float64
 	}{
-		{small, 1, cfg.Rate, false, &r.P50_1KB, &r.P99_1KB},
-		{small, 16, 8 * cfg.Rate, false, &r.P50_1KB16, &r.P99_1KB16},
-		{large, 1, cfg.Rate / 4, false, &r.P50_400KB, &r.P99_400KB},
-		{stream, 1, cfg.Rate, true, &r.TTFB50, &r.TTFB99},
+		{"1 KB, 1 connection", small, 1, cfg.Rate, false, func(r *Row) *float64 { return &r.P50_1KB }, func(r *Row) *float64 { return &r.P99_1KB }},
+		{"1 KB, 16 connections", small, 16, 8 * cfg.Rate, false, func(r *Row) *float64 { return &r.P50_1KB16 }, func(r *Row) *float64 { return &r.P99_1KB16 }},
+		{"400 KB, 1 connection", large, 1, cfg.Rate / 4, false, func(r *Row) *float64 { return &r.P50_400KB }, func(r *Row) *float64 { return &r.P99_400KB }},
+		{"a stream's first byte", stream, 1, cfg.Rate, true, func(r *Row) *float64 { return &r.TTFB50 }, func(r *Row) *float64 { return &r.TTFB99 }},
 	}
+	turn := cfg.Duration / rounds
 	for _, run := range runs {
-		lat, err := Latencies(ctx, t.URL, run.body, run.conns, run.rate, d, run.firstByte)
-		if err != nil {
-			return r, err
+		fmt.Fprintf(cfg.Log, "measuring latency: %s ...\n", run.name)
+		samples := make([][]float64, len(targets))
+		for range rounds {
+			for i, t := range targets {
+				lat, err := Latencies(ctx, t.URL, run.body, run.conns, run.rate, turn, run.firstByte)
+				if err != nil {
+					return fmt.Errorf("%s, %s: %w", t.Name, run.name, err)
+				}
+				samples[i] = append(samples[i], lat...)
+			}
 		}
-		*run.p50, *run.p99 = pctl(lat, 0.5), pctl(lat, 0.99)
+		for i := range rows {
+			*run.p50(&rows[i]), *run.p99(&rows[i]) = pctl(samples[i], 0.5), pctl(samples[i], 0.99)
+		}
 	}
+	return nil
+}
+
+// measureThroughput runs wrk against one target: 1 KB on 16 connections
+// (its maximum requests/s, and its CPU per request, profiled when asked),
+// then 400 KB on one (its CPU per request); and reads its memory.
+func measureThroughput(ctx context.Context, cfg Config, t *Target, r *Row) error {
+	small, large := ChatBody(1<<10, false), ChatBody(400<<10, false)
+	d := cfg.Duration
 	profiled := make(chan error, 1)
 	if t.Admin != "" {
 		go func() { profiled <- profile(ctx, t.Admin, cfg.Profile, d) }()
@@ -161,18 +188,17 @@ func measureTarget(ctx context.Context, cfg Config, t *Target) (Row, error) {
 		err = fmt.Errorf("profile: %w", perr)
 	}
 	if err != nil {
-		return r, err
+		return err
 	}
 	r.MaxRPS, r.CPU1KB = tp.RPS, tp.CPUPerUs
-	tp, err = MaxThroughput(ctx, cfg.Dir, t.URL, large, 1, d, cfg.ClientCore, t.PID)
-	if err != nil {
-		return r, err
+	if tp, err = MaxThroughput(ctx, cfg.Dir, t.URL, large, 1, d, cfg.ClientCore, t.PID); err != nil {
+		return err
 	}
 	r.CPU400KB = tp.CPUPerUs
 	if t.PID > 0 {
 		r.RSSMB, r.PeakMB = RSS(t.PID)
 	}
-	return r, nil
+	return nil
 }
 
 // Table writes rows as a Markdown table, with each gateway's ratio to
