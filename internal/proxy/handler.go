@@ -77,7 +77,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		}
 		req.ID, req.Region, req.Arrival = s.cfg.NodeID+"-"+strconv.FormatUint(s.ids.Add(1), 36), s.cfg.Region, arrival
 		req.Deadline = arrival.Add(s.cfg.MaxWait) // retries do not extend it
-		if marker := r.Header.Get(ForwardHeader); marker != "" {
+		if marker := r.Header.Get(forwardKey); marker != "" {
 			fwd, err := s.acceptForward(r, marker, body, arrival)
 			if err != nil {
 				s.refused(r, "forwarding marker refused", err)
@@ -173,10 +173,10 @@ func (s *Server) applyHeaders(req *request.Request, r *http.Request) error {
 	if err := req.ApplyResidencyHeader(h.Get("X-Data-Residency")); err != nil {
 		return err
 	}
-	if err := req.ApplyPriorityHeader(h.Get(PriorityHeader)); err != nil {
+	if err := req.ApplyPriorityHeader(h.Get(priorityKey)); err != nil {
 		return err
 	}
-	if err := req.ApplyWaitHeader(h.Get(WaitHeader)); err != nil {
+	if err := req.ApplyWaitHeader(h.Get(waitKey)); err != nil {
 		return err
 	}
 	if name := s.cfg.TenantHeader; name != "" {

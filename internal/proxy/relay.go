@@ -211,7 +211,7 @@ func outboundRequest(ctx context.Context, r *http.Request) *http.Request {
 	if keepTE {
 		h.Set("Te", "trailers")
 	}
-	h.Del(ForwardHeader)
+	h.Del(forwardKey)
 	for _, name := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"} {
 		h.Del(name) // as ReverseProxy's Rewrite drops them: a client may not claim where it came from
 	}
@@ -362,7 +362,7 @@ func (x *exchange) send(ctx context.Context, o routed, body []byte) (*http.Respo
 			return nil, err
 		}
 		up.URL.Scheme, up.URL.Host = base.Scheme, base.Host
-		up.Header.Set(ForwardHeader, x.s.markers.sign(forward{Origin: x.s.cfg.Region, Dest: p.Region, DestProxy: addr, ID: x.req.ID, Tenant: x.req.Tenant}, body, time.Now()))
+		up.Header.Set(forwardKey, x.s.markers.sign(forward{Origin: x.s.cfg.Region, Dest: p.Region, DestProxy: addr, ID: x.req.ID, Tenant: x.req.Tenant}, body, time.Now()))
 		if !x.s.cfg.ForwardAuthorization {
 			for _, h := range CredentialHeaders { // the client's credentials stay in its region
 				up.Header.Del(h)
@@ -442,20 +442,34 @@ func (b *prefixedBody) Read(p []byte) (int, error) {
 	return b.ReadCloser.Read(p)
 }
 
+// The header keys of every request, as net/http stores them (canonical):
+// set or read with these, a key is not canonicalised, and allocated,
+// again on every request.
+var (
+	regionKey   = http.CanonicalHeaderKey("X-SkyWalker-Region")
+	replicaKey  = http.CanonicalHeaderKey("X-SkyWalker-Replica")
+	ingressKey  = http.CanonicalHeaderKey("X-SkyWalker-Ingress-Region")
+	reasonKey   = http.CanonicalHeaderKey("X-SkyWalker-Route-Reason")
+	chainKey    = http.CanonicalHeaderKey("X-SkyWalker-Chain")
+	forwardKey  = http.CanonicalHeaderKey(ForwardHeader)
+	priorityKey = http.CanonicalHeaderKey(PriorityHeader)
+	waitKey     = http.CanonicalHeaderKey(WaitHeader)
+)
+
 // label labels the answer that reaches the client with where it was
 // served and why.
 func (x *exchange) label(resp *http.Response) error {
 	h := resp.Header
 	o := x.target
 	if o.replica != nil {
-		h.Set("X-SkyWalker-Region", x.s.cfg.Region)
-		h.Set("X-SkyWalker-Replica", o.replica.name())
+		h.Set(regionKey, x.s.cfg.Region)
+		h.Set(replicaKey, o.replica.name())
 	} else {
-		h.Set("X-SkyWalker-Ingress-Region", x.s.cfg.Region)
+		h.Set(ingressKey, x.s.cfg.Region)
 	}
-	h.Set("X-SkyWalker-Route-Reason", string(o.Decision.Reason))
+	h.Set(reasonKey, string(o.Decision.Reason))
 	if x.req.StartedOver {
-		h.Set("X-SkyWalker-Chain", "started-over")
+		h.Set(chainKey, "started-over")
 	}
 	x.s.closeWhenDraining(h)
 	return nil
@@ -480,7 +494,11 @@ func (s *Server) copyResponse(w http.ResponseWriter, r *http.Request, resp *http
 	}
 	h := w.Header()
 	for k, vv := range resp.Header {
-		h[k] = append(h[k], vv...)
+		if len(h[k]) == 0 {
+			h[k] = vv // resp is spent after this: its values need no copy
+		} else {
+			h[k] = append(h[k], vv...)
+		}
 	}
 	if len(resp.Trailer) > 0 {
 		names := make([]string, 0, len(resp.Trailer))
