@@ -37,18 +37,8 @@ func TestPromptTextSharesExactlyThePrefixBlocks(t *testing.T) {
 }
 
 func TestRunMeasuresWhatTheClientSees(t *testing.T) {
-	p, _ := profile.Lookup("llama3-8b-h100")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	_, engineURL, err := server.ServeLoopback(ctx, server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var arrivals []workload.Arrival
-	for i := range 12 {
-		req := &request.Request{ID: string(rune('a' + i)), PromptTokens: 300, MaxTokens: 8, Blocks: []uint64{42, uint64(i)}, BlockTokens: 128}
-		arrivals = append(arrivals, workload.Arrival{At: time.Duration(i) * 20 * time.Millisecond, Region: "r", Request: req})
-	}
+	ctx, engineURL := startEngine(t)
+	arrivals := sharingArrivals(12)
 	var seen atomic.Int64 // OnSample runs on many goroutines at once
 	res, samples, err := Run(ctx, Config{Default: engineURL, Source: workload.NewSliceSource(arrivals), SLO: request.SLO{TTFT: time.Second}, Label: "live",
 		OnSample: func(Sample) { seen.Add(1) }})
@@ -140,20 +130,9 @@ func TestANonOKAnswerCarriesTheServersMessage(t *testing.T) {
 // as embeddings is measured as chat is: every request served, Messages
 // with its output and cached tokens, embeddings with its answer's time.
 func TestRunSpeaksEveryAPI(t *testing.T) {
-	p, _ := profile.Lookup("llama3-8b-h100")
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	_, engineURL, err := server.ServeLoopback(ctx, server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, engineURL := startEngine(t)
 	for _, api := range []string{APIMessages, APIEmbeddings} {
-		var arrivals []workload.Arrival
-		for i := range 6 {
-			req := &request.Request{ID: string(rune('a' + i)), PromptTokens: 300, MaxTokens: 8, Blocks: []uint64{42, uint64(i)}, BlockTokens: 128}
-			arrivals = append(arrivals, workload.Arrival{At: time.Duration(i) * 20 * time.Millisecond, Region: "r", Request: req})
-		}
-		res, samples, err := Run(ctx, Config{Default: engineURL, API: api, Source: workload.NewSliceSource(arrivals), SLO: request.SLO{TTFT: time.Second}, Label: api})
+		res, samples, err := Run(ctx, Config{Default: engineURL, API: api, Source: workload.NewSliceSource(sharingArrivals(6)), SLO: request.SLO{TTFT: time.Second}, Label: api})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,4 +153,28 @@ func TestRunSpeaksEveryAPI(t *testing.T) {
 	if _, _, err := Run(ctx, Config{Default: engineURL, API: "grpc", Source: workload.NewSliceSource(nil)}); err == nil || !strings.Contains(err.Error(), "messages") {
 		t.Errorf("an unknown API: %v, want an error naming the APIs", err)
 	}
+}
+
+// startEngine serves a simulated H100 engine for the test's lifetime.
+func startEngine(t *testing.T) (context.Context, string) {
+	t.Helper()
+	p, _ := profile.Lookup("llama3-8b-h100")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, url, err := server.ServeLoopback(ctx, server.Config{Model: "m", Engine: engine.Config{Profile: p}, TimeScale: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, url
+}
+
+// sharingArrivals are n requests 20 ms apart, of 8 output tokens each,
+// sharing their first 128-token block.
+func sharingArrivals(n int) []workload.Arrival {
+	var arrivals []workload.Arrival
+	for i := range n {
+		req := &request.Request{ID: string(rune('a' + i)), PromptTokens: 300, MaxTokens: 8, Blocks: []uint64{42, uint64(i)}, BlockTokens: 128}
+		arrivals = append(arrivals, workload.Arrival{At: time.Duration(i) * 20 * time.Millisecond, Region: "r", Request: req})
+	}
+	return arrivals
 }

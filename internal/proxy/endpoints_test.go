@@ -10,10 +10,11 @@ import (
 	"testing"
 
 	"skywalker/internal/apierr"
+	"skywalker/internal/request"
 )
 
 // TestTheReadmeListsEveryEndpoint holds README's endpoint table and
-// Endpoints alike, path for path, and the Helm chart's notes name each.
+// request.Endpoints alike, path for path, and the Helm chart's notes name each.
 func TestTheReadmeListsEveryEndpoint(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -28,7 +29,7 @@ func TestTheReadmeListsEveryEndpoint(t *testing.T) {
 	for _, m := range regexp.MustCompile("`POST (/[^`]*)`").FindAllStringSubmatch(table, -1) {
 		listed = append(listed, m[1])
 	}
-	for _, e := range Endpoints {
+	for _, e := range request.Endpoints {
 		served = append(served, e.Path)
 	}
 	slices.Sort(listed)
@@ -53,7 +54,7 @@ func TestTheReadmeListsEveryEndpoint(t *testing.T) {
 // shape for Messages and count_tokens and OpenAI's elsewhere.
 func TestEveryEndpointRefusesABadBodyInItsAPIsShape(t *testing.T) {
 	addr := serveOne(t, []string{"http://127.0.0.1:1"}, nil)
-	for _, e := range Endpoints {
+	for _, e := range request.Endpoints {
 		resp, err := http.Post("http://"+addr+e.Path, "application/json", strings.NewReader(`{}`))
 		if err != nil {
 			t.Fatal(err)

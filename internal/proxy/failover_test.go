@@ -21,29 +21,52 @@ import (
 // every later one streams three more and a usage chunk, and its body is
 // kept.
 func breakingBackends(t *testing.T, n int) ([]string, func() []byte) {
+	send := func(w io.Writer, chunk string) { fmt.Fprintf(w, "data: %s\n\n", chunk) }
+	return breakingStreams(t, n, breakingStream{
+		path:  "/v1/chat/completions",
+		open:  func(w io.Writer) { send(w, `{"choices":[{"delta":{"role":"assistant","content":""}}]}`) },
+		token: func(w io.Writer, text string) { send(w, `{"choices":[{"delta":{"content":"`+text+`"}}]}`) },
+		half:  `data: {"choices":[{"delta":{"cont`,
+		close: func(w io.Writer) {
+			send(w, `{"choices":[],"usage":{"prompt_tokens":105,"completion_tokens":3,"total_tokens":108}}`)
+			send(w, "[DONE]")
+		},
+	})
+}
+
+// breakingStream is how one API's stream opens, carries a token, breaks
+// (half an event) and closes, for breakingStreams.
+type breakingStream struct {
+	path        string
+	open, close func(w io.Writer)
+	token       func(w io.Writer, text string)
+	half        string
+}
+
+// breakingStreams serves n backends of one API: the first request any of
+// them gets opens its stream, sends tokens a0..a4 and half an event, and
+// the engine dies; every later one opens again, sends b0..b2 and closes,
+// and its body is kept.
+func breakingStreams(t *testing.T, n int, api breakingStream) ([]string, func() []byte) {
 	var first atomic.Bool
 	var mu sync.Mutex
 	var continued []byte
 	var urls []string
 	for range n {
 		b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/v1/chat/completions" {
+			if r.URL.Path != api.path {
 				http.NotFound(w, r)
 				return
 			}
 			body, _ := io.ReadAll(r.Body)
 			w.Header().Set("Content-Type", "text/event-stream")
-			send := func(chunk string) {
-				fmt.Fprintf(w, "data: %s\n\n", chunk)
-				w.(http.Flusher).Flush()
-			}
-			send(`{"choices":[{"delta":{"role":"assistant","content":""}}]}`)
+			flushed := flushingWriter{w}
+			api.open(flushed)
 			if first.CompareAndSwap(false, true) {
 				for i := range 5 {
-					send(fmt.Sprintf(`{"choices":[{"delta":{"content":"a%d"}}]}`, i))
+					api.token(flushed, fmt.Sprintf("a%d", i))
 				}
-				_, _ = io.WriteString(w, `data: {"choices":[{"delta":{"cont`) // half an event, then the engine dies
-				w.(http.Flusher).Flush()
+				_, _ = io.WriteString(flushed, api.half) // half an event, then the engine dies
 				conn, _, _ := w.(http.Hijacker).Hijack()
 				conn.Close()
 				return
@@ -52,15 +75,23 @@ func breakingBackends(t *testing.T, n int) ([]string, func() []byte) {
 			continued = body
 			mu.Unlock()
 			for i := range 3 {
-				send(fmt.Sprintf(`{"choices":[{"delta":{"content":"b%d"}}]}`, i))
+				api.token(flushed, fmt.Sprintf("b%d", i))
 			}
-			send(`{"choices":[],"usage":{"prompt_tokens":105,"completion_tokens":3,"total_tokens":108}}`)
-			send("[DONE]")
+			api.close(flushed)
 		}))
 		t.Cleanup(b.Close)
 		urls = append(urls, b.URL)
 	}
 	return urls, func() []byte { mu.Lock(); defer mu.Unlock(); return continued }
+}
+
+// flushingWriter flushes every write to the client at once.
+type flushingWriter struct{ w http.ResponseWriter }
+
+func (f flushingWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	f.w.(http.Flusher).Flush()
+	return n, err
 }
 
 // With mid-stream failover on, a stream whose engine dies midway goes on
@@ -146,56 +177,27 @@ func TestWithoutFailoverABrokenStreamEndsWithAnError(t *testing.T) {
 }
 
 // breakingMessagesBackends is breakingBackends for Anthropic's Messages
-// stream: the first request streams the opening events and five deltas,
-// then half an event, and the engine dies; every later one opens again
-// and streams three more deltas and the closing events.
+// stream: the opening events (message_start, content_block_start, ping),
+// text deltas, and the closing events.
 func breakingMessagesBackends(t *testing.T, n int) ([]string, func() []byte) {
-	var first atomic.Bool
-	var mu sync.Mutex
-	var continued []byte
-	var urls []string
-	for range n {
-		b := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/v1/messages" {
-				http.NotFound(w, r)
-				return
-			}
-			body, _ := io.ReadAll(r.Body)
-			w.Header().Set("Content-Type", "text/event-stream")
-			send := func(name, data string) {
-				fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data)
-				w.(http.Flusher).Flush()
-			}
-			send("message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":9,"output_tokens":1}}}`)
-			send("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
-			send("ping", `{"type":"ping"}`)
-			delta := func(text string) {
-				send("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+text+`"}}`)
-			}
-			if first.CompareAndSwap(false, true) {
-				for i := range 5 {
-					delta(fmt.Sprintf("a%d", i))
-				}
-				_, _ = io.WriteString(w, "event: content_block_delta\ndata: {\"type\":\"content_bl") // half an event, then the engine dies
-				w.(http.Flusher).Flush()
-				conn, _, _ := w.(http.Hijacker).Hijack()
-				conn.Close()
-				return
-			}
-			mu.Lock()
-			continued = body
-			mu.Unlock()
-			for i := range 3 {
-				delta(fmt.Sprintf("b%d", i))
-			}
-			send("content_block_stop", `{"type":"content_block_stop","index":0}`)
-			send("message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":3}}`)
-			send("message_stop", `{"type":"message_stop"}`)
-		}))
-		t.Cleanup(b.Close)
-		urls = append(urls, b.URL)
-	}
-	return urls, func() []byte { mu.Lock(); defer mu.Unlock(); return continued }
+	send := func(w io.Writer, name, data string) { fmt.Fprintf(w, "event: %s\ndata: %s\n\n", name, data) }
+	return breakingStreams(t, n, breakingStream{
+		path: "/v1/messages",
+		open: func(w io.Writer) {
+			send(w, "message_start", `{"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"usage":{"input_tokens":9,"output_tokens":1}}}`)
+			send(w, "content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`)
+			send(w, "ping", `{"type":"ping"}`)
+		},
+		token: func(w io.Writer, text string) {
+			send(w, "content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+text+`"}}`)
+		},
+		half: "event: content_block_delta\ndata: {\"type\":\"content_bl",
+		close: func(w io.Writer) {
+			send(w, "content_block_stop", `{"type":"content_block_stop","index":0}`)
+			send(w, "message_delta", `{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":3}}`)
+			send(w, "message_stop", `{"type":"message_stop"}`)
+		},
+	})
 }
 
 // A Messages stream whose engine dies midway goes on from another

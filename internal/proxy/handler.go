@@ -508,7 +508,7 @@ func (s *Server) withEndpoints(id string, raw json.RawMessage) json.RawMessage {
 		return raw
 	}
 	var paths []string
-	for _, e := range Endpoints {
+	for _, e := range request.Endpoints {
 		if slices.Contains(kinds, e.Kind) {
 			paths = append(paths, e.Path)
 		}

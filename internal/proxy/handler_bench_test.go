@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"skywalker/internal/overhead"
 )
 
 type cannedTransport struct{}
@@ -42,7 +44,7 @@ func benchmarkHandler(b *testing.B, size int) {
 	}
 	urls, _ := initialReplicas(context.Background(), cfg)
 	_ = srv.router.SetReplicas(urls)
-	body := chatBodyOfSize(size)
+	body := overhead.ChatBody(size, false)
 	h := srv.Handler()
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()

@@ -5,6 +5,8 @@ import (
 	"context"
 	"net/http/httptest"
 	"testing"
+
+	"skywalker/internal/overhead"
 )
 
 // lockBudget is how many times a request served by a local replica may
@@ -29,7 +31,7 @@ func TestAServedRequestTakesTheRouterLockWithinItsBudget(t *testing.T) {
 	h := srv.Handler()
 	serve := func() {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions", bytes.NewReader(chatBodyOfSize(4<<10))))
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions", bytes.NewReader(overhead.ChatBody(4<<10, false))))
 		if rec.Code != 200 {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}

@@ -41,12 +41,6 @@ func fastBackend() *httptest.Server {
 	}))
 }
 
-func chatBodyOfSize(n int) []byte {
-	words := strings.Repeat("The quick brown fox jumps over the lazy dog.\n", n/45+1)[:n]
-	return []byte(`{"model":"m","messages":[{"role":"system","content":"You are helpful."},{"role":"user","content":` +
-		fmt.Sprintf("%q", words) + `}],"max_tokens":16}`)
-}
-
 // measure sends n sequential requests on one keep-alive connection and
 // returns latencies (first byte for SSE, whole response otherwise) and the
 // process CPU time spent.
@@ -160,10 +154,10 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		var directCPU time.Duration
 		for _, tg := range targets {
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}}
-			small, _ := measure(client, tg.url, chatBodyOfSize(1<<10), false, 3000)
-			large, cpu := measure(client, tg.url, chatBodyOfSize(400<<10), false, 400)
-			sse, _ := measure(client, tg.url, chatBodyOfSize(1<<10), true, 2000)
-			rps := throughput(tg.url, chatBodyOfSize(1<<10), time.Second)
+			small, _ := measure(client, tg.url, overhead.ChatBody(1<<10, false), false, 3000)
+			large, cpu := measure(client, tg.url, overhead.ChatBody(400<<10, false), false, 400)
+			sse, _ := measure(client, tg.url, overhead.ChatBody(1<<10, false), true, 2000)
+			rps := throughput(tg.url, overhead.ChatBody(1<<10, false), time.Second)
 			perReq := cpu / 400
 			if tg.name == "direct" {
 				directCPU = perReq

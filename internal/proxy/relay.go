@@ -520,12 +520,12 @@ func (s *Server) copyResponse(w http.ResponseWriter, r *http.Request, resp *http
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				abort(r, werr) // the client is gone or was cut
+				abort(r) // the client is gone or was cut
 				return
 			}
 			if flush {
 				if ferr := rc.Flush(); ferr != nil {
-					abort(r, ferr)
+					abort(r)
 					return
 				}
 			}
@@ -534,7 +534,7 @@ func (s *Server) copyResponse(w http.ResponseWriter, r *http.Request, resp *http
 			break
 		}
 		if err != nil {
-			abort(r, err)
+			abort(r)
 			return
 		}
 	}
@@ -547,11 +547,10 @@ func (s *Server) copyResponse(w http.ResponseWriter, r *http.Request, resp *http
 // connection without ending the body (http.ErrAbortHandler), so the
 // client cannot mistake it for a whole one; a handler called directly
 // (a test) just returns.
-func abort(r *http.Request, err error) {
+func abort(r *http.Request) {
 	if r.Context().Value(http.ServerContextKey) != nil {
 		panic(http.ErrAbortHandler)
 	}
-	_ = err
 }
 
 // dropHopHeaders removes the hop-by-hop headers of h: those RFC 9110

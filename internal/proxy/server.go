@@ -211,7 +211,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, peers ...net.Listene
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	for _, e := range Endpoints {
+	for _, e := range request.Endpoints {
 		mux.Handle("POST "+e.Path, s.traced(s.completion(e.Kind)))
 	}
 	mux.HandleFunc("GET /v1/responses/{id}", s.responseOp(false))
@@ -286,22 +286,4 @@ func (s *Server) observe(d *region.Attempt) {
 		s.logEvery(decision+"\x00"+req.Class.String(), slog.LevelInfo, "request "+decision, "id", req.ID, "priority", req.Class.String(), "tenant", req.Tenant,
 			"waited", d.Waited.String(), "retry_after_s", d.Err.RetryAfterSeconds(), "reason", d.Err.Message)
 	}
-}
-
-// Endpoint is one inference endpoint the proxy serves: a POST path and
-// the kind of body it takes.
-type Endpoint struct {
-	Path string
-	Kind request.Kind
-}
-
-// Endpoints are the inference endpoints, each routed through the region
-// core (README "Endpoints" lists them; a test holds the two alike).
-var Endpoints = []Endpoint{
-	{"/v1/chat/completions", request.Chat}, {"/v1/completions", request.Completion}, {"/v1/responses", request.Responses},
-	{"/v1/messages", request.Messages}, {"/v1/messages/count_tokens", request.CountTokens},
-	{"/v1/embeddings", request.Embeddings},
-	{"/v1/rerank", request.Rerank}, {"/rerank", request.Rerank}, {"/v2/rerank", request.Rerank},
-	{"/v1/score", request.Score}, {"/score", request.Score},
-	{"/tokenize", request.Tokenize}, {"/detokenize", request.Detokenize},
 }

@@ -59,6 +59,9 @@ func (s *Server) traced(h http.HandlerFunc) http.Handler { return s.opts.Tracer.
 // startTrace begins the admission span of a request that arrived at
 // arrival, under the endpoint's server span in r's context.
 func (s *Server) startTrace(r *http.Request) exchangeTrace {
+	if s.opts.Tracer == nil {
+		return exchangeTrace{} // off: not even a context lookup
+	}
 	root := tracing.FromContext(r.Context())
 	if !root.On() {
 		return exchangeTrace{}

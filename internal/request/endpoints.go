@@ -57,14 +57,20 @@ func (p *parser) system() error {
 	default:
 		return apierr.Invalid("system", "system must be a string or an array of text blocks, found %s", s.kind())
 	}
-	if len(text) == 0 {
-		return nil
+	if len(text) > 0 {
+		p.systemFirst(text)
 	}
+	return nil
+}
+
+// systemFirst renders text (a Responses body's instructions, a Messages
+// body's system prompt) as the engines render it: a system message ahead
+// of everything else.
+func (p *parser) systemFirst(text []byte) {
 	instr := append(text, unitSep)
 	instr = append(instr, "system"...)
 	instr = append(instr, unitSep, unitSep, unitSep, recordSep)
 	p.front = append(instr, p.front...)
-	return nil
 }
 
 // anthropicBlockField renders a field of an Anthropic content block that
@@ -192,6 +198,24 @@ func (p *parser) scoreSide(param string) error {
 		return apierr.Invalid(param, "%s must not be empty", param)
 	}
 	return err
+}
+
+// Endpoint is one inference endpoint: a POST path and the kind of body it
+// takes.
+type Endpoint struct {
+	Path string
+	Kind Kind
+}
+
+// Endpoints are the inference endpoints the proxy routes and the
+// simulated engine serves, at the paths vLLM, OpenAI and Anthropic use.
+var Endpoints = []Endpoint{
+	{"/v1/chat/completions", Chat}, {"/v1/completions", Completion}, {"/v1/responses", Responses},
+	{"/v1/messages", Messages}, {"/v1/messages/count_tokens", CountTokens},
+	{"/v1/embeddings", Embeddings},
+	{"/v1/rerank", Rerank}, {"/rerank", Rerank}, {"/v2/rerank", Rerank},
+	{"/v1/score", Score}, {"/score", Score},
+	{"/tokenize", Tokenize}, {"/detokenize", Detokenize},
 }
 
 // Endpoint groups, as vLLM's runners serve them: a generative model's

@@ -147,9 +147,11 @@ func parse(kind Kind, s scanner, sizeHint int, opts Options) (*Request, []byte, 
 	bufp := renderPool.Get().(*[]byte)
 	p := parser{s: s, kind: kind}
 	p.s.out = (*bufp)[:0]
-	p.s.chain = &p.chain
-	p.chain = blockChain{blockBytes: opts.BlockBytes, seed: opts.Seed, parent: opts.Seed,
-		blocks: make([]uint64, 0, sizeHint/opts.BlockBytes+1)}
+	if kind.Generates() { // the other kinds get no prefix blocks: nothing to hash
+		p.s.chain = &p.chain
+		p.chain = blockChain{blockBytes: opts.BlockBytes, seed: opts.Seed, parent: opts.Seed,
+			blocks: make([]uint64, 0, sizeHint/opts.BlockBytes+1)}
+	}
 	err := p.parse()
 	if err == nil && len(p.front) > 0 {
 		// Instructions and tools come before the input, wherever the JSON
@@ -175,17 +177,15 @@ func parse(kind Kind, s scanner, sizeHint int, opts Options) (*Request, []byte, 
 		return nil, p.s.data, err
 	}
 	req := &p.req
-	if !kind.Generates() {
-		// One pooled output (or none at all), and no blocks to reuse.
-		req.MaxTokens, p.chain.blocks = 1, nil
-	}
 	bpt := opts.BytesPerToken
 	req.PromptTokens = p.promptTokens + (len(rendered)-p.tokenBytes+bpt-1)/bpt
 	req.BlockTokens = max(opts.BlockBytes/bpt, 1)
-	if p.chain.blocks != nil {
+	if kind.Generates() {
 		p.chain.hash(rendered)
+		req.Blocks = p.chain.blocks
+	} else {
+		req.MaxTokens = 1 // one pooled output (or none at all), and no blocks to reuse
 	}
-	req.Blocks = p.chain.blocks
 	body := p.s.data
 	p.s, p.chain = scanner{}, blockChain{} // the request must not pin the pooled buffers
 	return req, body, nil
@@ -332,11 +332,7 @@ func (p *parser) topField(key []byte) error {
 		if err != nil || v == "" {
 			return err
 		}
-		// As the engine renders them: a system message ahead of the input.
-		instr := append([]byte(v), unitSep)
-		instr = append(instr, "system"...)
-		instr = append(instr, unitSep, unitSep, unitSep, recordSep)
-		p.front = append(instr, p.front...)
+		p.systemFirst([]byte(v))
 		return nil
 	case "tools":
 		if p.kind != Responses && !p.kind.anthropic() {

@@ -49,7 +49,9 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request, req *request.Req
 	if served, ok = s.model(w, req, shape); !ok {
 		return "", 0, false
 	}
-	tracing.FromContext(r.Context()).Set(semconv.GenAIRequestModelKey.String(served), semconv.GenAIUsageInputTokensKey.Int(req.PromptTokens))
+	if span := tracing.FromContext(r.Context()); span.On() {
+		span.Set(semconv.GenAIRequestModelKey.String(served), semconv.GenAIUsageInputTokensKey.Int(req.PromptTokens))
+	}
 	stallAt, ok = s.faults(w, r, shape)
 	return served, stallAt, ok
 }
@@ -138,6 +140,19 @@ func (s *Server) awaitProgress(r *http.Request, st *stream) bool {
 	}
 }
 
+// awaitDone blocks until the sequence is done (never, under an injected
+// stall: stallAt >= 0) or the client goes away (false: it was aborted).
+func (s *Server) awaitDone(r *http.Request, st *stream, stallAt int) bool {
+	for {
+		if !s.awaitProgress(r, st) {
+			return false
+		}
+		if _, done := s.progress(st); done && stallAt < 0 {
+			return true
+		}
+	}
+}
+
 // progress reads how far the sequence got, under the server lock.
 func (s *Server) progress(st *stream) (generated int, done bool) {
 	s.mu.Lock()
@@ -209,13 +224,8 @@ func (s *Server) streamResponse(w http.ResponseWriter, r *http.Request, st *stre
 
 // wholeResponse waits for the sequence to finish and writes one JSON body.
 func (s *Server) wholeResponse(w http.ResponseWriter, r *http.Request, st *stream, out *output, finish string, stallAt int) {
-	for {
-		if !s.awaitProgress(r, st) {
-			return
-		}
-		if _, done := s.progress(st); done && stallAt < 0 {
-			break
-		}
+	if !s.awaitDone(r, st, stallAt) {
+		return
 	}
 	generated := st.seq.Generated
 	s.metrics.finished(finish, generated)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -153,13 +154,8 @@ func (s *Server) pooled(w http.ResponseWriter, r *http.Request, kind request.Kin
 		apierr.Write(w, apierr.Invalid("input", "%v", err))
 		return nil, nil, "", false
 	}
-	for {
-		if !s.awaitProgress(r, a.st) {
-			return nil, nil, "", false
-		}
-		if _, done := s.progress(a.st); done && stallAt < 0 {
-			break
-		}
+	if !s.awaitDone(r, a.st, stallAt) {
+		return nil, nil, "", false
 	}
 	s.metrics.finished("stop", 1)
 	return body, req, served, true
@@ -259,22 +255,12 @@ func (s *Server) rerank(w http.ResponseWriter, r *http.Request) {
 	for i, d := range docs {
 		results[i] = result{Index: i, Document: map[string]string{"text": d}, Score: overlap(query[0], d)}
 	}
-	slices.SortStableFunc(results, func(a, b result) int { return -cmpFloat(a.Score, b.Score) })
+	slices.SortStableFunc(results, func(a, b result) int { return cmp.Compare(b.Score, a.Score) })
 	if topN > 0 && topN < len(results) {
 		results = results[:topN]
 	}
 	writeBody(w, map[string]any{"id": fmt.Sprintf("rerank-%x", s.nextID.Add(1)), "model": served, "results": results,
 		"usage": map[string]int{"total_tokens": req.PromptTokens}})
-}
-
-func cmpFloat(a, b float64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // score serves /score and /v1/score: one query against each document

@@ -154,21 +154,17 @@ func New(cfg Config) (*Server, error) {
 	mux := http.NewServeMux()
 	// Inference requests are traced (a server span each, under the
 	// caller's traceparent); scrapes and health checks are not.
-	handle := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, cfg.Tracer.Handler(h)) }
-	handle("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Chat) })
-	handle("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Completion) })
-	handle("POST /v1/messages", func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, request.Messages) })
-	handle("POST /v1/messages/count_tokens", s.countTokens)
-	handle("POST /v1/embeddings", s.embeddings)
-	for _, path := range []string{"/rerank", "/v1/rerank", "/v2/rerank"} {
-		handle("POST "+path, s.rerank)
+	generate := func(kind request.Kind) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) { s.complete(w, r, kind) }
 	}
-	for _, path := range []string{"/score", "/v1/score"} {
-		handle("POST "+path, s.score)
+	handlers := map[request.Kind]http.HandlerFunc{
+		request.Chat: generate(request.Chat), request.Completion: generate(request.Completion), request.Messages: generate(request.Messages),
+		request.Responses: s.respond, request.CountTokens: s.countTokens, request.Embeddings: s.embeddings,
+		request.Rerank: s.rerank, request.Score: s.score, request.Tokenize: s.tokenizeText, request.Detokenize: s.detokenizeText,
 	}
-	handle("POST /tokenize", s.tokenizeText)
-	handle("POST /detokenize", s.detokenizeText)
-	handle("POST /v1/responses", s.respond)
+	for _, e := range request.Endpoints { // every path the proxy routes
+		mux.Handle("POST "+e.Path, cfg.Tracer.Handler(handlers[e.Kind]))
+	}
 	mux.HandleFunc("GET /v1/responses/{id}", s.retrieve)
 	mux.HandleFunc("POST /v1/responses/{id}/cancel", s.cancelResponse)
 	mux.HandleFunc("GET /v1/models", s.models)
