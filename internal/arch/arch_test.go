@@ -27,6 +27,7 @@ func TestTheCoreImportsNoDriverAndNoEngine(t *testing.T) {
 		{"prefix", []string{"internal/engine", "internal/proxy", "internal/sim", "net/http"}},
 		{"digest", []string{"internal/engine", "internal/proxy", "internal/sim", "net/http"}},
 		{"profile", []string{"skywalker/"}},
+		{"price", []string{"internal/sim", "internal/plan", "internal/proxy", "net/http"}},
 		{"engine", []string{"internal/policy", "internal/proxy", "internal/sim", "internal/region"}},
 		{"proxy", []string{"internal/engine", "internal/sim"}},
 	}

@@ -35,8 +35,12 @@ import (
 // published vLLM decode throughput shows; summing the two terms, as this
 // model once did, made batch-128 decode 1.3–2.2× slower than vLLM's.
 type Profile struct {
-	Name             string
-	Description      string
+	Name        string
+	Description string
+	// GPU is the GPU model one replica runs on (as the price book names
+	// it) and GPUs how many of them a replica takes.
+	GPU              string
+	GPUs             int
 	StepOverhead     time.Duration
 	PrefillPerToken  time.Duration
 	DecodePerSeq     time.Duration
@@ -80,25 +84,25 @@ type Profile struct {
 //     replica: that is llama3-8b-l4, the default.
 var profiles = map[string]Profile{
 	"llama3-8b-l4": {
-		Name: "llama3-8b-l4", Description: "Llama-3.1-8B BF16 on one NVIDIA L4 24GB (the SkyWalker paper's testbed)",
+		Name: "llama3-8b-l4", Description: "Llama-3.1-8B BF16 on one NVIDIA L4 24GB (the SkyWalker paper's testbed)", GPU: "L4", GPUs: 1,
 		StepOverhead: 69 * time.Millisecond, PrefillPerToken: 220 * time.Microsecond, DecodePerSeq: 220 * time.Microsecond,
 		AttendPerKVToken: 550, AttendPerPair: 8.7, QueuePerToken: 523 * time.Microsecond,
 		KVBlocks: 2000, BlockSize: 16, MaxNumSeqs: 256, MaxNumBatchedTokens: 2048,
 	},
 	"llama3-8b-a100": {
-		Name: "llama3-8b-a100", Description: "Llama-3.1-8B BF16 on one NVIDIA A100 80GB SXM",
+		Name: "llama3-8b-a100", Description: "Llama-3.1-8B BF16 on one NVIDIA A100 80GB SXM", GPU: "A100-80GB", GPUs: 1,
 		StepOverhead: 10400 * time.Microsecond, PrefillPerToken: 85 * time.Microsecond, DecodePerSeq: 85 * time.Microsecond,
 		AttendPerKVToken: 85, AttendPerPair: 2.8, QueuePerToken: 3410 * time.Nanosecond,
 		KVBlocks: 25000, BlockSize: 16, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,
 	},
 	"llama3-8b-h100": {
-		Name: "llama3-8b-h100", Description: "Llama-3.1-8B BF16 on one NVIDIA H100 80GB SXM",
+		Name: "llama3-8b-h100", Description: "Llama-3.1-8B BF16 on one NVIDIA H100 80GB SXM", GPU: "H100-80GB", GPUs: 1,
 		StepOverhead: 6200 * time.Microsecond, PrefillPerToken: 32 * time.Microsecond, DecodePerSeq: 32 * time.Microsecond,
 		AttendPerKVToken: 50, AttendPerPair: 1.06, QueuePerToken: 1111 * time.Nanosecond,
 		KVBlocks: 25000, BlockSize: 16, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,
 	},
 	"llama3-70b-h100x4": {
-		Name: "llama3-70b-h100x4", Description: "Llama-3.1-70B BF16 on four NVIDIA H100 80GB SXM, tensor parallel 4",
+		Name: "llama3-70b-h100x4", Description: "Llama-3.1-70B BF16 on four NVIDIA H100 80GB SXM, tensor parallel 4", GPU: "H100-80GB", GPUs: 4,
 		StepOverhead: 16500 * time.Microsecond, PrefillPerToken: 79 * time.Microsecond, DecodePerSeq: 79 * time.Microsecond,
 		AttendPerKVToken: 31, AttendPerPair: 1.47, QueuePerToken: 2821 * time.Nanosecond,
 		KVBlocks: 27000, BlockSize: 16, MaxNumSeqs: 256, MaxNumBatchedTokens: 8192,

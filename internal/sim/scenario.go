@@ -10,6 +10,7 @@ import (
 
 	"skywalker/internal/balancer"
 	"skywalker/internal/policy"
+	"skywalker/internal/price"
 	"skywalker/internal/profile"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
@@ -45,6 +46,14 @@ type Scenario struct {
 	// this workload, for `skywalker plan` (measure it with
 	// --measure-capacity).
 	PlanCapacity float64 `yaml:"plan_capacity"`
+	// PlanCapacities are, for a fleet of several hardware profiles, the
+	// requests/s one replica of each profile serves within the SLO (also
+	// measured with --measure-capacity); a profile not listed takes
+	// plan_capacity.
+	PlanCapacities map[string]float64 `yaml:"plan_capacities"`
+	// Prices are what the fleet's GPUs cost (see price.Book), over the
+	// shipped defaults; `skywalker plan` reports the plan in money with them.
+	Prices *price.Book `yaml:"prices"`
 }
 
 // ScenarioModel is one model of a fleet of several.
@@ -309,6 +318,18 @@ func (s *Scenario) validate() error {
 	check(s.SLO.TTFT > 0, "slo.ttft must be positive")
 	check(s.SLO.TTFTPer1kTokens >= 0, "slo.ttft_per_1k_tokens must not be negative")
 	check(s.PlanCapacity >= 0, "plan_capacity must not be negative")
+	for prof, c := range s.PlanCapacities {
+		check(slices.ContainsFunc(s.Regions, func(r ScenarioRegion) bool { return r.Profile == prof }) && c > 0 && !math.IsInf(c, 0),
+			"plan_capacities[%s] must be positive and name a profile some region runs", prof)
+	}
+	if err := s.Prices.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if s.Prices != nil {
+		for name := range s.Prices.Regions {
+			check(names[name], "prices.regions.%s is not a listed region", name)
+		}
+	}
 	for i, x := range s.Sweep {
 		check(x > 0 && x <= 100, "sweep[%d] must be in (0, 100]", i)
 	}
