@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,13 +15,17 @@ import (
 
 	"skywalker/internal/eval"
 	"skywalker/internal/plan"
+	"skywalker/internal/price"
+	"skywalker/internal/profile"
 	"skywalker/internal/report"
+	"skywalker/internal/results"
 	"skywalker/internal/sim"
 )
 
 func newPlanCommand() *cobra.Command {
 	var (
 		scenario, demandFile, from, format, outDir string
+		pricesFile, term, noOnDemand, profileName  string
 		trace                                      string
 		capacity, target, wanMs, traceScale        float64
 		measure, verify                            bool
@@ -103,30 +109,45 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 			if cmd.Flags().Changed("max-wan-rtt-ms") || in.MaxWANRTT == 0 {
 				in.MaxWANRTT = time.Duration(wanMs * float64(time.Millisecond))
 			}
+			if err := priceInput(&in, sc, pricesFile, term, noOnDemand, profileName); err != nil {
+				return err
+			}
+			var caps map[string]plan.Capacity
+			var fallback plan.Capacity
 			switch {
 			case measure:
 				if sc == nil {
-					return fmt.Errorf("--measure-capacity needs --scenario (its engine profile and request mix)")
+					return fmt.Errorf("--measure-capacity needs --scenario (its engine profiles and request mix)")
 				}
-				if capacity, err = plan.MeasureCapacity(sc, target); err != nil {
+				if caps, err = plan.MeasureProfiles(sc, target); err != nil {
 					return err
 				}
-			case capacity <= 0 && sc != nil && sc.PlanCapacity > 0:
-				capacity = sc.PlanCapacity
-			case capacity <= 0:
+				fallback = caps[in.Regions[0].Profile]
+			case capacity > 0:
+				fallback = plan.Capacity{PerReplica: capacity, Source: "configured: --capacity"}
+			case sc != nil && sc.PlanCapacity > 0:
+				caps = plan.ScenarioCapacities(sc)
+				fallback = caps[in.Regions[0].Profile]
+			default:
 				return fmt.Errorf("give --capacity (requests/s one replica serves within the SLO) or --measure-capacity")
 			}
-			in.Capacity = capacity
+			in.SetCapacities(caps, fallback)
 			res, err := plan.Solve(in)
 			if err != nil {
 				return err
 			}
 			out := planOutput{Result: res}
+			if out.Cost, err = plan.PlanCost(in); err != nil {
+				return err
+			}
 			if verify {
 				if sc == nil || trace != "" {
 					return fmt.Errorf("--verify simulates the --scenario's own workload (without --trace)")
 				}
 				if out.Verification, err = verifyPlan(cmd, sc, in, target, seeds, policyList); err != nil {
+					return err
+				}
+				if out.Replay, err = replayPlan(cmd, sc, out.Cost, policyList); err != nil {
 					return err
 				}
 			}
@@ -153,7 +174,10 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 			if err := report.JSON(f, out); err != nil {
 				return err
 			}
-			_, err = report.PlanPlot(outDir, in, res)
+			if _, err = report.PlanPlot(outDir, in, res); err != nil {
+				return err
+			}
+			_, err = report.CostPlot(outDir, in, out.Cost)
 			return err
 		},
 	}
@@ -171,7 +195,11 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 	f.Float64Var(&target, "target", 0.99, "SLO attainment a reservation must meet")
 	f.Float64Var(&wanMs, "max-wan-rtt-ms", 120, "links slower than this cannot share capacity")
 	f.StringVar(&format, "format", "table", "output: table or json")
-	f.StringVar(&outDir, "out", "", "directory for plan.json and plan.svg")
+	f.StringVar(&outDir, "out", "", "directory for plan.json, plan.svg (demand and reservations) and plan-cost.svg (the day's reserved and rented capacity)")
+	f.StringVar(&pricesFile, "prices", "", "price book (YAML: term, gpus, regions; see internal/price) over the shipped defaults; replaces the scenario's prices")
+	f.StringVar(&term, "term", "", "reserved commitment priced: 1y or 3y (default the price book's, else 1y)")
+	f.StringVar(&noOnDemand, "no-on-demand", "", "comma-separated regions that cannot rent GPUs by the hour")
+	f.StringVar(&profileName, "profile", "", "hardware profile of regions whose demand says none (--demand, --from); default "+profile.Default)
 	return cmd
 }
 
@@ -217,12 +245,30 @@ func planFleet(cmd *cobra.Command, s *sim.Scenario, capacity float64, measure bo
 // evaluation.
 type planOutput struct {
 	*plan.Result
+	Cost         *plan.CostPlan       `json:"cost"`
 	Verification *eval.ScenarioResult `json:"verification,omitempty"`
+	// Replay is the day replayed on the cost plan's fleet (reserved all
+	// day, rented in its hours), per policy.
+	Replay *results.Report `json:"replay,omitempty"`
 }
 
 func (o planOutput) writeTable(w io.Writer) error {
 	if err := o.Result.WriteTable(w); err != nil {
 		return err
+	}
+	fmt.Fprintln(w)
+	if err := o.Cost.WriteTable(w); err != nil {
+		return err
+	}
+	if o.Replay != nil {
+		fmt.Fprintf(w, "\nthe day replayed on the planned fleet (reserved all day, rented replicas only in their hours; seed %d):\n", o.Replay.Seed)
+		for _, r := range o.Replay.Results {
+			p99 := fmt.Sprintf("%.0f ms", float64(r.TTFTP99Ms))
+			if math.IsInf(float64(r.TTFTP99Ms), 0) {
+				p99 = "over 1% never served" // refused, shed or dropped: no finite p99
+			}
+			fmt.Fprintf(w, "  %-22s SLO %5.1f%%  TTFT p99 %s  refused %d  shed %d\n", r.Policy, 100*r.SLOAttainment, p99, r.Refused, r.Shed)
+		}
 	}
 	if o.Verification == nil {
 		return nil
@@ -257,4 +303,63 @@ func verifyPlan(cmd *cobra.Command, sc *sim.Scenario, in plan.Input, target floa
 		return nil, err
 	}
 	return rep.Scenarios[0], nil
+}
+
+// priceInput prices every region of in: the scenario's price book (or
+// --prices), --term, --no-on-demand; regions of unknown hardware run
+// --profile.
+func priceInput(in *plan.Input, sc *sim.Scenario, pricesFile, term, noOnDemand, profileName string) error {
+	var book price.Book
+	if sc != nil && sc.Prices != nil {
+		book = *sc.Prices
+	}
+	if pricesFile != "" {
+		data, err := os.ReadFile(pricesFile)
+		if err != nil {
+			return err
+		}
+		b, err := price.Parse(data)
+		if err != nil {
+			return fmt.Errorf("%s: %w", pricesFile, err)
+		}
+		book = *b
+	}
+	switch price.Term(term) {
+	case "":
+	case price.OneYear, price.ThreeYear:
+		book.Term = price.Term(term)
+	default:
+		return fmt.Errorf("--term must be 1y or 3y, not %q", term)
+	}
+	if noOnDemand != "" {
+		regions := map[string]price.Rates{}
+		for name, r := range book.Regions {
+			regions[name] = r
+		}
+		for name := range strings.SplitSeq(noOnDemand, ",") {
+			if !slices.ContainsFunc(in.Regions, func(r plan.Region) bool { return r.Name == name }) {
+				return fmt.Errorf("--no-on-demand: no region %q", name)
+			}
+			r := regions[name]
+			r.NoOnDemand = true
+			regions[name] = r
+		}
+		book.Regions = regions
+	}
+	return in.Price(&book, profileName)
+}
+
+// replayPlan replays the scenario's day on the cost plan's fleet, every
+// policy (or policyList's) on it.
+func replayPlan(cmd *cobra.Command, sc *sim.Scenario, cp *plan.CostPlan, policyList string) (*results.Report, error) {
+	spec, err := plan.Replay(sc, cp)
+	if err != nil {
+		return nil, err
+	}
+	var policies []string
+	if policyList != "" {
+		policies = strings.Split(policyList, ",")
+	}
+	fmt.Fprintln(cmd.ErrOrStderr(), "replaying the day on the planned fleet ...")
+	return sim.Compare(spec, sim.Options{Policies: policies})
 }

@@ -101,6 +101,10 @@ var Set = []Entry{
 	{Scenario: "agent-chains", Role: Evaluation},
 	{Scenario: "code-assistant", Role: Evaluation},
 	{Scenario: "six-regions-far", Role: Evaluation},
+	// Wave 4, step 5 (issue 41): a fleet of mixed hardware and prices,
+	// one region unable to rent by the hour, committed before the cost
+	// planner it judges; evaluated in money.
+	{Scenario: "priced-fleet", Role: Evaluation},
 }
 
 // Variant is one policy as deployed: a router per region (Router empty),
@@ -320,6 +324,9 @@ type VariantResult struct {
 	// mean as Cap+1).
 	MinReplicas Stat `json:"min_replicas"`
 	Missed      int  `json:"seeds_missing_at_cap"`
+	// MinMonthlyCost, for a scenario of mixed hardware or prices, is what
+	// that smallest fleet costs a month, reserved all day, per seed.
+	MinMonthlyCost *Stat `json:"min_monthly_cost,omitempty"`
 	// At the smallest reservation, per seed, averaged (over the seeds that
 	// met the target); AtCap at the cap, over the seeds that missed.
 	AtMin Metrics  `json:"at_min"`
@@ -469,6 +476,9 @@ type scenarioPlan struct {
 	sizes    []float64
 	planned  int
 	place    func(n int, sharing bool) map[string]int
+	// monthly, for a fleet of mixed hardware or priced, is what the fleet
+	// of n replicas placed for a policy costs a month, reserved all day.
+	monthly  func(n int, sharing bool) float64
 	isolated int
 	placed   map[string]int
 	// fixed are the planned fleets of the models other than entry.Model,
@@ -507,13 +517,33 @@ func newScenarioPlan(e Entry, opt Options) (*scenarioPlan, error) {
 		if sc.PlanCapacity <= 0 {
 			return nil, fmt.Errorf("eval: scenario %s has no plan_capacity (measure it with skywalker plan --measure-capacity)", sc.Name)
 		}
-		in.Capacity = sc.PlanCapacity
+		if err := in.Price(sc.Prices, ""); err != nil {
+			return nil, fmt.Errorf("eval: %s: %w", sc.Name, err)
+		}
+		caps := plan.ScenarioCapacities(sc)
+		in.SetCapacities(caps, caps[in.Regions[0].Profile])
 		res, err := plan.Solve(in)
 		if err != nil {
 			return nil, fmt.Errorf("eval: plan %s: %w", sc.Name, err)
 		}
 		p.planned, p.isolated, p.placed = res.PlannedReplicas, res.IsolatedReplicas, res.Placement
-		p.place = func(n int, sharing bool) map[string]int { return plan.Place(in, res, n, sharing) }
+		along := res
+		if !in.Uniform() {
+			// Replicas of unequal speed and price: sharing policies' fleets
+			// grow along the cheapest all-day reservation, so the smallest
+			// fleet that meets the SLO is the cheapest of its size.
+			shares, err := plan.CheapestShares(in)
+			if err != nil {
+				return nil, fmt.Errorf("eval: plan %s: %w", sc.Name, err)
+			}
+			cheapest := *res
+			cheapest.FractionalPlace = shares
+			along = &cheapest
+		}
+		p.place = func(n int, sharing bool) map[string]int { return plan.Place(in, along, n, sharing) }
+		if !in.Uniform() || sc.Prices != nil {
+			p.monthly = func(n int, sharing bool) float64 { return in.MonthlyReserved(p.place(n, sharing)) }
+		}
 		return p, nil
 	}
 	// A trace replay, or demand with bursts no hourly plan sees: the
@@ -953,6 +983,14 @@ func (e *evaluator) scenario(ctx context.Context, p *scenarioPlan) (*ScenarioRes
 			}
 		}
 		vr.MinReplicas = Summarize(mins)
+		if p.monthly != nil {
+			var costs []float64
+			for _, n := range mins {
+				costs = append(costs, p.monthly(int(n), v.sharing()))
+			}
+			c := Summarize(costs)
+			vr.MinMonthlyCost = &c
+		}
 		vr.AtMin = metricsOf(atMin, remote)
 		if len(atCap) > 0 {
 			m := metricsOf(atCap, remote)

@@ -308,3 +308,35 @@ func TestThePoolingBoundIsTheLimitNotARival(t *testing.T) {
 		}
 	}
 }
+
+// A fleet of mixed hardware and prices is sized in money: each policy's
+// fleet has a monthly cost that grows with its size; a fleet of one kind
+// without prices stays in replicas.
+func TestAMixedFleetIsSizedInMoney(t *testing.T) {
+	p, err := newScenarioPlan(Entry{Scenario: "priced-fleet", Role: Evaluation}, Options{Seeds: 1, Loads: []float64{1}, Sizes: []float64{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.monthly == nil {
+		t.Fatal("priced-fleet: no monthly cost per fleet")
+	}
+	for _, sharing := range []bool{true, false} {
+		for n := 3; n < 10; n++ {
+			if a, b := p.monthly(n, sharing), p.monthly(n+1, sharing); b <= a {
+				t.Errorf("sharing %v: %d replicas cost $%.0f, %d cost $%.0f: a larger fleet must cost more", sharing, n, a, n+1, b)
+			}
+		}
+	}
+	// The cheapest all-day reservation leans on eu-west's A100s ($0.54 a
+	// request/s-hour against the H100's $0.59 and Tokyo's $0.65).
+	if placed := p.place(8, true); placed["eu-west"] <= placed["ap-northeast"] {
+		t.Errorf("a sharing fleet of 8 placed %v: want eu-west's cheaper capacity to carry the most", placed)
+	}
+	uniform, err := newScenarioPlan(Entry{Scenario: "diurnal-3region", Role: Tuning}, Options{Seeds: 1, Loads: []float64{1}, Sizes: []float64{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uniform.monthly != nil {
+		t.Error("diurnal-3region (one kind of GPU, no prices) is sized in money")
+	}
+}

@@ -22,14 +22,18 @@ func MeasureCapacity(s *sim.Scenario, target float64) (float64, error) {
 // several: two replicas of its profile, serving only its requests (its
 // adapters too).
 func MeasureModelCapacity(s *sim.Scenario, model string, target float64) (float64, error) {
+	return measure(s, 0, model, target)
+}
+
+// measure is the capacity of one replica of region i's hardware (of model,
+// if set).
+func measure(s *sim.Scenario, i int, model string, target float64) (float64, error) {
 	if s.Workload.Kind != "diurnal" {
 		return 0, fmt.Errorf("measure capacity: needs a diurnal scenario's request mix")
 	}
-	if target <= 0 {
-		target = 0.99
-	}
+	target = targetOr(target)
 	sc := *s
-	region := s.Regions[0]
+	region := s.Regions[i]
 	region.Replicas, region.Weight = 2, 1
 	if model != "" {
 		i := slices.IndexFunc(s.Models, func(m sim.ScenarioModel) bool { return m.Name == model })

@@ -57,7 +57,11 @@ func FromScenarioModel(s *sim.Scenario, model string) (Input, error) {
 		return Input{}, err
 	}
 	for i, r := range cfg.Regions {
-		reg := Region{Name: r.Name, Jurisdiction: r.Jurisdiction, ResidencyShare: d.ResidencyShare, NoReplicas: model != "" && !s.Serves(r.Name, model)}
+		reg := Region{Name: r.Name, Jurisdiction: r.Jurisdiction, ResidencyShare: d.ResidencyShare, NoReplicas: model != "" && !s.Serves(r.Name, model),
+			Profile: profileName(s.Regions[i].Profile)}
+		if model != "" {
+			reg.Profile = prof
+		}
 		for h := range Hours {
 			// The workload's clock: hour h of the day is offset h/24 of a day
 			// after StartHour.

@@ -1,8 +1,13 @@
 package plan
 
 import (
+	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"sort"
+
+	"skywalker/internal/price"
 )
 
 // Place places n replicas as the planner would: along the plan's
@@ -21,9 +26,7 @@ func Place(in Input, res *Result, n int, sharing bool) map[string]int {
 		if sharing {
 			weights[i] = res.FractionalPlace[r.Name]
 		} else {
-			for _, d := range r.Demand {
-				weights[i] = math.Max(weights[i], d)
-			}
+			weights[i] = in.peak(i) / in.capacity(i) // the replicas its own peak needs
 		}
 		total += weights[i]
 	}
@@ -50,4 +53,40 @@ func SortedNames(m map[string]int) []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// Uniform reports whether every region's replicas serve alike (see
+// Input.uniform): a fleet is then measured in replicas; otherwise in money.
+func (in *Input) Uniform() bool { return in.uniform() }
+
+// CheapestShares is how a fleet reserved all day (nothing rented) spreads
+// over the regions for the least money under the reach and residency
+// rules: the cost LP's fractional replicas per region. It is where a
+// search for the cheapest fleet that meets the SLO grows a mixed fleet.
+func CheapestShares(in Input) (map[string]float64, error) {
+	in.Regions = slices.Clone(in.Regions)
+	for j := range in.Regions {
+		in.Regions[j].Price.OnDemandAvailable, in.Regions[j].Price.Spot = false, 0
+	}
+	if !in.priced() {
+		return nil, errors.New("plan: cheapest shares: a region that may hold replicas has no price")
+	}
+	sol, err := costLP(in, nil, allHours())
+	if err != nil {
+		return nil, fmt.Errorf("plan: cheapest shares: %w", err)
+	}
+	out := map[string]float64{}
+	for j, r := range in.Regions {
+		out[r.Name] = sol.reserved[j]
+	}
+	return out, nil
+}
+
+// MonthlyReserved is what a fleet reserved all day costs a month.
+func (in *Input) MonthlyReserved(placement map[string]int) float64 {
+	total := 0.0
+	for j, r := range in.Regions {
+		total += float64(placement[r.Name]) * in.reservedRate(j) * price.HoursPerMonth
+	}
+	return total
 }

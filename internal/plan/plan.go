@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"skywalker/internal/policy"
+	"skywalker/internal/price"
 
 	"gonum.org/v1/gonum/mat"
 	"gonum.org/v1/gonum/optimize/convex/lp"
@@ -33,6 +34,17 @@ type Region struct {
 	// here; the region's demand is served where it may be, and the part
 	// no region may serve (residency) is Result.Unserved.
 	NoReplicas bool
+	// Hardware: the profile one replica runs, its GPU and how many a
+	// replica takes ("" and 0: unknown, priced as one GPU of the default
+	// profile), what one replica serves within the SLO (0: the input's
+	// Capacity) and where that figure came from.
+	Profile, GPU   string
+	GPUs           int
+	Capacity       float64
+	CapacitySource string
+	// Price is what one of its GPUs costs (zero: not priced; the plan is
+	// then in replicas only).
+	Price price.Price
 }
 
 // Input is a planning problem.
@@ -48,8 +60,29 @@ type Input struct {
 	// router's reach rule (policy.FitsObjective): RTT + TTFT, with the
 	// policy's error margin, fits it. Zero: reach is MaxWANRTT alone.
 	Objective, TTFT time.Duration
-	// Capacity is what one replica serves within the SLO, in demand units.
+	// Capacity is what one replica serves within the SLO, in demand units,
+	// in every region that gives none of its own (Region.Capacity).
 	Capacity float64
+}
+
+// capacity is what one replica of region j serves within the SLO.
+func (in *Input) capacity(j int) float64 {
+	if c := in.Regions[j].Capacity; c > 0 {
+		return c
+	}
+	return in.Capacity
+}
+
+// uniform reports whether every region's replicas serve alike: replicas
+// are then one currency, and the aggregated ideal is the peak of the sum
+// over one replica's capacity.
+func (in *Input) uniform() bool {
+	for j := range in.Regions {
+		if in.capacity(j) != in.Capacity {
+			return false
+		}
+	}
+	return true
 }
 
 // Offload is demand one region sends another in one hour.
@@ -63,6 +96,9 @@ type Offload struct {
 // Result is a plan.
 type Result struct {
 	Capacity float64 `json:"capacity_per_replica"`
+	// CapacityByRegion is each region's, where they differ (a fleet of
+	// mixed hardware).
+	CapacityByRegion map[string]float64 `json:"capacity_by_region,omitempty"`
 	// IsolatedReplicas: every region provisioned for its own peak.
 	IsolatedReplicas int `json:"isolated_replicas"`
 	// AggregatedReplicas: the peak of the summed demand, as if every region
@@ -112,6 +148,11 @@ func (in *Input) validate() error {
 	}
 	if in.Capacity <= 0 {
 		return errors.New("plan: capacity per replica must be positive")
+	}
+	for _, r := range in.Regions {
+		if r.Capacity < 0 || math.IsNaN(r.Capacity) || math.IsInf(r.Capacity, 0) {
+			return fmt.Errorf("plan: region %s: capacity per replica %v", r.Name, r.Capacity)
+		}
 	}
 	seen := map[string]bool{}
 	hosts := 0
@@ -222,6 +263,12 @@ func Solve(in Input) (*Result, error) {
 			}
 		}
 	}
+	if !in.uniform() {
+		res.CapacityByRegion = map[string]float64{}
+		for j, r := range in.Regions {
+			res.CapacityByRegion[r.Name] = in.capacity(j)
+		}
+	}
 	for h := range Hours {
 		sum := 0.0
 		for i := range in.Regions {
@@ -236,11 +283,21 @@ func Solve(in Input) (*Result, error) {
 		}
 		peak := in.peak(i)
 		res.SumOfPeaks += peak
-		n := replicasFor(peak, in.Capacity)
+		n := replicasFor(peak, in.capacity(i))
 		res.IsolatedByRegion[r.Name] = n
 		res.IsolatedReplicas += n
 	}
 	res.AggregatedReplicas = replicasFor(res.PeakOfSum, in.Capacity)
+	if !in.uniform() {
+		// Replicas of unequal speed: the fewest that carry every hour with
+		// every link in reach and no residency, wherever they are fastest.
+		relaxed := in.relaxed()
+		least, _, _, err := solveLP(relaxed, -1, nil)
+		if err != nil {
+			return nil, fmt.Errorf("plan: aggregated ideal: %w", err)
+		}
+		res.AggregatedReplicas = replicasFor(least, 1)
+	}
 	if res.IsolatedReplicas > 0 {
 		res.Savings = 1 - float64(res.AggregatedReplicas)/float64(res.IsolatedReplicas)
 	}
@@ -302,7 +359,7 @@ func (in *Input) place(floor int) (placement []int, x []float64, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("plan: minimum reservation: %w", err)
 	}
-	total := max(replicasFor(minTotal*in.Capacity, in.Capacity), floor)
+	total := max(replicasFor(minTotal, 1), floor)
 	if _, x, _, err = solveLP(*in, float64(total), nil); err != nil {
 		return nil, nil, fmt.Errorf("plan: placement: %w", err)
 	}
@@ -319,7 +376,7 @@ func (in *Input) place(floor int) (placement []int, x []float64, err error) {
 	isolated := make([]int, len(in.Regions))
 	for i, r := range in.Regions {
 		if !r.NoReplicas {
-			isolated[i] = replicasFor(in.peak(i)+homeless, in.Capacity)
+			isolated[i] = replicasFor(in.peak(i)+homeless, in.capacity(i))
 		}
 	}
 	for !feasible(*in, placement) {
@@ -387,6 +444,18 @@ func (in *Input) heldBy(total int) ([]string, error) {
 		why = append(why, "whole replicas: the fractional optimum pools, but no whole number per region serves every hour with fewer")
 	}
 	return why, nil
+}
+
+// relaxed is the input with every link in reach and no residency: the
+// pooling bound's problem.
+func (in *Input) relaxed() Input {
+	r := *in
+	r.Regions = slices.Clone(in.Regions)
+	for i := range r.Regions {
+		r.Regions[i].ResidencyShare = 0
+	}
+	r.Objective, r.MaxWANRTT = 0, math.MaxInt64
+	return r
 }
 
 // peak is region i's highest hourly demand.
@@ -497,7 +566,7 @@ func solveLP(in Input, total float64, fixed []int) (float64, []float64, []flow, 
 	for h := range Hours {
 		for j := range R {
 			A.Set(capRow+h*R+j, nx+nf+h*R+j, 1)
-			A.Set(capRow+h*R+j, j, -in.Capacity)
+			A.Set(capRow+h*R+j, j, -in.capacity(j))
 		}
 	}
 	switch {
@@ -650,7 +719,7 @@ func hourFeasible(in Input, h int, placement []int) bool {
 	}
 	for j := range R {
 		A.Set(capRow+j, len(fvars)+j, 1)
-		b[capRow+j] = float64(placement[j]) * in.Capacity
+		b[capRow+j] = float64(placement[j]) * in.capacity(j)
 	}
 	c := make([]float64, nvar)
 	_, _, err := lp.Simplex(c, A, b, 1e-10, nil)

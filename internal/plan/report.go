@@ -3,8 +3,14 @@ package plan
 import (
 	"fmt"
 	"io"
+	"maps"
+	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"skywalker/internal/price"
 
 	"skywalker/internal/sim"
 	"skywalker/internal/workload"
@@ -13,7 +19,15 @@ import (
 // WriteTable prints the plan as aligned text.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "capacity per replica\t%.2f requests/s\n", r.Capacity)
+	if len(r.CapacityByRegion) > 0 {
+		var parts []string
+		for _, name := range slices.Sorted(maps.Keys(r.CapacityByRegion)) {
+			parts = append(parts, fmt.Sprintf("%s %.2f", name, r.CapacityByRegion[name]))
+		}
+		fmt.Fprintf(tw, "capacity per replica\t%s requests/s (mixed hardware: replicas are not one currency, the cost plan below is the plan)\n", strings.Join(parts, ", "))
+	} else {
+		fmt.Fprintf(tw, "capacity per replica\t%.2f requests/s\n", r.Capacity)
+	}
 	fmt.Fprintf(tw, "region-isolated (sum of regional peaks)\t%d replicas\t%s\n", r.IsolatedReplicas, byRegion(r.IsolatedByRegion))
 	fmt.Fprintf(tw, "aggregated (peak of the sum)\t%d replicas\tsaves %.1f%%\n", r.AggregatedReplicas, 100*r.Savings)
 	fmt.Fprintf(tw, "planned under links and residency\t%d replicas\tsaves %.1f%%\n", r.PlannedReplicas, 100*r.PlannedSavings)
@@ -76,4 +90,78 @@ func FromScenarioTrace(base Input, s *sim.Scenario, path string, scale float64) 
 	}
 	in.RTT, in.MaxWANRTT, in.Objective, in.TTFT = base.RTT, base.MaxWANRTT, base.Objective, base.TTFT
 	return in, nil
+}
+
+// WriteTable prints the cost plan: the options side by side, then each
+// region's hardware, capacity, price (each with its source), reservation
+// and rentals.
+func (cp *CostPlan) WriteTable(w io.Writer) error {
+	fmt.Fprintf(w, "monthly cost (%g hours a month; reserved on a %s term, rented by the hour):\n", price.HoursPerMonth, cp.Term)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  option\t$/month\tsaving vs isolated\thow")
+	for _, o := range cp.Options {
+		fmt.Fprintf(tw, "  %s\t%s\t%.1f%%\t%s\n", o.Name, dollars(o.Monthly), 100*o.Saving, o.How)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for i, why := range cp.HeldBy {
+		if i == 0 {
+			fmt.Fprintf(w, "above the pooling bound because:\n")
+		}
+		fmt.Fprintf(w, "  %s\n", why)
+	}
+	fmt.Fprintln(w, "\nthe plan by region:")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  region\thardware\trequests/s per replica\treserved\ton-demand replica-hours/day\tspot replica-hours/day\t$/GPU-hour reserved / on demand\t$/month")
+	for _, r := range cp.Regions {
+		onDemand, spot := 0, 0
+		for h := range Hours {
+			onDemand += r.OnDemand[h]
+			spot += r.Spot[h]
+		}
+		od := "none"
+		if r.Price.OnDemandAvailable {
+			od = fmt.Sprintf("%.2f", r.Price.OnDemand)
+		}
+		fmt.Fprintf(tw, "  %s\t%s (%d× %s)\t%.2f\t%d\t%d\t%d\t%.2f / %s\t%s\n", r.Name, r.Profile, r.GPUsPerReplica, r.GPU, r.Capacity,
+			r.Reserved, onDemand, spot, r.Price.Reserved, od, dollars(r.Monthly))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\nwhere the figures come from:")
+	for _, what := range []struct {
+		name   string
+		source func(RegionCost) string
+	}{{"capacity", func(r RegionCost) string { return r.CapacitySource }}, {"prices", func(r RegionCost) string { return r.Price.Source }}} {
+		var sources []string
+		regions := map[string][]string{}
+		for _, r := range cp.Regions {
+			s := what.source(r)
+			if _, seen := regions[s]; !seen {
+				sources = append(sources, s)
+			}
+			regions[s] = append(regions[s], r.Name)
+		}
+		for _, s := range sources {
+			fmt.Fprintf(w, "  %s of %s: %s\n", what.name, strings.Join(regions[s], ", "), s)
+		}
+	}
+	fmt.Fprintf(w, "  the default prices: %s\n", cp.DefaultPriceSource)
+	return nil
+}
+
+// dollars renders money as "$12,345".
+func dollars(x float64) string {
+	s := strconv.FormatFloat(math.Round(x), 'f', 0, 64)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-$" + s
+	}
+	return "$" + s
 }

@@ -73,11 +73,15 @@ type Price struct {
 	Source string `json:"source"`
 }
 
-// DefaultSource is where the shipped prices come from.
-const DefaultSource = "default: Google Cloud Compute Engine list prices, us-central1, " +
+// DefaultSource is where the shipped prices come from; a resolved price
+// from them says Default.
+const DefaultSource = "Google Cloud Compute Engine list prices, us-central1, " +
 	"per GPU of the machine type (g2-standard-4 for L4, a2-ultragpu-1g for A100 80GB, a3-highgpu-8g ÷ 8 for H100), " +
 	"as published in 2025 (cloud.google.com/compute/vm-instance-pricing); reserved = committed-use discount, " +
 	"37% off for 1 year, 55% off for 3 years; no spot by default. Prices differ by region and contract: override them"
+
+// Default is a resolved price's source when the shipped defaults set it.
+const Default = "default (see the default price source)"
 
 // Committed-use discounts of the default source, off the on-demand price.
 const (
@@ -180,7 +184,7 @@ func (b *Book) Resolve(region, gpu string) (Price, error) {
 	if onDemandKnown {
 		p.OnDemand = od
 		reserved1y, reserved3y = od*(1-discount1y), od*(1-discount3y)
-		sources = append(sources, DefaultSource)
+		sources = append(sources, Default)
 	}
 	apply := func(r Rates, where string) {
 		set := false

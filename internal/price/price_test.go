@@ -30,9 +30,9 @@ regions:
 		source                   []string // substrings the source must hold
 	}{
 		{name: "the default, 1-year", region: "us-east", gpu: "L4", reserved: 0.7068 * 0.63, onDemand: 0.7068, available: true,
-			source: []string{"default: Google Cloud"}},
+			source: []string{Default}},
 		{name: "a GPU line sets the term's price", region: "us-east", gpu: "L4", book: book, reserved: 0.30, onDemand: 0.7068, available: true,
-			source: []string{"default:", "configured: gpus.L4"}},
+			source: []string{Default, "configured: gpus.L4"}},
 		{name: "a region without on-demand", region: "ap-south", gpu: "H100-80GB", book: book, reserved: 11.0312 * 0.45, available: false,
 			source: []string{"configured: regions.ap-south"}},
 		{name: "a region's on-demand price brings its discounts, a GPU line's reserved price stays", region: "eu-west", gpu: "L4", book: book,

@@ -258,17 +258,45 @@ func HeadlineTable(s *eval.ScenarioResult) string {
 			geo = v
 		}
 	}
+	// A fleet of mixed hardware or prices is measured in money: the cost
+	// of each policy's smallest fleet, and its ratio to the bound's.
+	priced := len(vs) > 0 && vs[0].MinMonthlyCost != nil
+	var bound *eval.VariantResult
+	if b := s.BoundResult(); priced && b != nil && b.MinMonthlyCost != nil {
+		bound = b
+	}
 	var b strings.Builder
-	b.WriteString("| policy | replicas to meet the SLO | vs GeoDNS (local) | TTFT p50 ms | p90 ms | p99 ms | goodput rps | cache hit | cross-region |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| policy | replicas to meet the SLO | vs GeoDNS (local) |")
+	if priced {
+		b.WriteString(" $/month to meet the SLO | × the bound's cost |")
+	}
+	b.WriteString(" TTFT p50 ms | p90 ms | p99 ms | goodput rps | cache hit | cross-region |\n|---|---:|---:|")
+	if priced {
+		b.WriteString("---:|---:|")
+	}
+	b.WriteString("---:|---:|---:|---:|---:|---:|\n")
 	for _, v := range vs {
 		need := replicasCell(s, v)
 		vsGeo := "-"
 		if geo != nil && v != geo && v.Missed == 0 && geo.Missed == 0 {
 			vsGeo = fmt.Sprintf("%+.0f%%", 100*(v.MinReplicas.Mean/geo.MinReplicas.Mean-1))
 		}
+		fmt.Fprintf(&b, "| %s | %s | %s |", v.Variant, need, vsGeo)
+		if priced {
+			cost, ratio := "-", "-"
+			if c := v.MinMonthlyCost; c != nil && c.N > 0 {
+				cost = "$" + c.Format(0)
+				if v.Missed > 0 {
+					cost = "> " + cost
+				}
+				if bound != nil && bound.MinMonthlyCost.Mean > 0 {
+					ratio = fmt.Sprintf("%.2f×", c.Mean/bound.MinMonthlyCost.Mean)
+				}
+			}
+			fmt.Fprintf(&b, " %s | %s |", cost, ratio)
+		}
 		m := v.AtMin
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", v.Variant, need, vsGeo, m.TTFTP50.Format(0),
+		fmt.Fprintf(&b, " %s | %s | %s | %s | %s | %s |\n", m.TTFTP50.Format(0),
 			m.TTFTP90.Format(0), m.TTFTP99.Format(0), m.Goodput.Format(2), pctStat(m.CacheHit), pctStat(m.CrossRegion))
 	}
 	return b.String()

@@ -189,3 +189,25 @@ func TestAnEvaluationWhoseEveryP99IsInfiniteIsStillWritten(t *testing.T) {
 		t.Error("report.md links a figure that was not drawn")
 	}
 }
+
+// A scenario sized in money shows each policy's monthly cost to the SLO
+// and its ratio to the pooling bound's; one sized in replicas does not.
+func TestTheHeadlineSpeaksInMoneyForAPricedFleet(t *testing.T) {
+	s := evalFixture().Scenarios[0]
+	if table := HeadlineTable(s); strings.Contains(table, "$/month") {
+		t.Errorf("a fleet in replicas shows money:\n%s", table)
+	}
+	priced := *s
+	cost := func(x float64) *eval.Stat { st := eval.Summarize([]float64{x, x}); return &st }
+	sky, rr := *s.Variants[0], *s.Variants[1]
+	sky.MinMonthlyCost, rr.MinMonthlyCost = cost(10200), cost(20400)
+	bound := eval.VariantResult{Variant: "skywalker@pooled", MinReplicas: eval.Summarize([]float64{4, 4}), MinMonthlyCost: cost(8500)}
+	priced.Variants = []*eval.VariantResult{&sky, &rr, &bound}
+	priced.Bound = bound.Variant
+	table := HeadlineTable(&priced)
+	for _, want := range []string{"| $/month to meet the SLO | × the bound's cost |", "| $10200 | 1.20× |", "| > $20400 | 2.40× |", "| $8500 | 1.00× |"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the headline does not say %q:\n%s", want, table)
+		}
+	}
+}

@@ -50,14 +50,25 @@ func TestEveryFigureFitsItsCanvas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := in.Price(nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	cp, err := plan.PlanCost(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	costPath, err := CostPlot(dir, in, cp)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var figures []string
-	for _, p := range append(append(evalPaths, simPaths...), planPath) {
+	for _, p := range append(append(evalPaths, simPaths...), planPath, costPath) {
 		if strings.HasSuffix(p, ".svg") {
 			figures = append(figures, p)
 			checkFigure(t, p)
 		}
 	}
-	for _, want := range []string{"cache_hit_rate.svg", "queue_skywalker.svg", "token_budget_skywalker.svg", "ttft_vs_load.svg", "plan.svg", "paper-l4_slo_vs_load.svg", "paper-l4_p99_vs_size.svg"} {
+	for _, want := range []string{"cache_hit_rate.svg", "queue_skywalker.svg", "token_budget_skywalker.svg", "ttft_vs_load.svg", "plan.svg", "plan-cost.svg", "paper-l4_slo_vs_load.svg", "paper-l4_p99_vs_size.svg"} {
 		found := false
 		for _, f := range figures {
 			found = found || filepath.Base(f) == want || strings.HasSuffix(f, want)

@@ -1,0 +1,512 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/gonum/mat"
+	"gonum.org/v1/gonum/optimize/convex/lp"
+
+	"skywalker/internal/price"
+)
+
+// CostPlan is the plan in money: per region, the replicas reserved (paid
+// every hour of the term) and those rented on demand or on spot in the
+// hours that need them, and what it costs a month against the other ways
+// to buy the same service.
+type CostPlan struct {
+	Term    price.Term   `json:"term"`
+	Regions []RegionCost `json:"regions"`
+	// DefaultPriceSource is where a price whose source says default came
+	// from (price.DefaultSource).
+	DefaultPriceSource string `json:"default_price_source"`
+	// Monthly is the plan's cost a month (price.HoursPerMonth), in dollars.
+	Monthly float64 `json:"monthly_cost"`
+	// Options are the plan and its alternatives, side by side, each with
+	// its monthly cost and its saving against region-isolated reservation.
+	Options []CostOption `json:"options"`
+	// HeldBy names what keeps the plan's cost above the pooling bound's,
+	// and what lifting each alone would cost.
+	HeldBy []string `json:"held_by,omitempty"`
+}
+
+// RegionCost is one region's part of a cost plan.
+type RegionCost struct {
+	Name           string      `json:"region"`
+	Profile        string      `json:"profile,omitempty"`
+	GPU            string      `json:"gpu"`
+	GPUsPerReplica int         `json:"gpus_per_replica"`
+	Capacity       float64     `json:"capacity_per_replica"`
+	CapacitySource string      `json:"capacity_source"`
+	Price          price.Price `json:"price"`
+	Reserved       int         `json:"reserved_replicas"`
+	// OnDemand and Spot are the replicas rented in each hour of the day
+	// (UTC); their sums are replica-hours a day.
+	OnDemand [Hours]int `json:"on_demand_by_hour"`
+	Spot     [Hours]int `json:"spot_by_hour"`
+	Monthly  float64    `json:"monthly_cost"`
+}
+
+// CostOption is one way to buy the capacity.
+type CostOption struct {
+	Name    string  `json:"name"`
+	Monthly float64 `json:"monthly_cost"`
+	// Saving is 1 − Monthly ÷ the region-isolated reservation's.
+	Saving float64 `json:"saving_vs_isolated"`
+	How    string  `json:"how"`
+}
+
+// The options a cost plan compares.
+const (
+	OptionIsolated     = "region-isolated, reserved at every peak"
+	OptionMeanOnDemand = "region-isolated, reserved for the mean + on demand"
+	OptionPlan         = "planned: shared reservation + on demand"
+	OptionBound        = "pooling bound"
+)
+
+// daysPerMonth turns a day's cost into a month's.
+const daysPerMonth = price.HoursPerMonth / Hours
+
+// priced reports whether every region that may hold replicas has a price.
+func (in *Input) priced() bool {
+	for _, r := range in.Regions {
+		if !r.NoReplicas && r.Price.Reserved <= 0 && r.Price.OnDemand <= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// gpus is how many GPUs one replica of region j takes.
+func (in *Input) gpus(j int) float64 { return float64(max(in.Regions[j].GPUs, 1)) }
+
+// Hourly prices of one replica of region j.
+func (in *Input) reservedRate(j int) float64 { return in.Regions[j].Price.Reserved * in.gpus(j) }
+func (in *Input) onDemandRate(j int) float64 { return in.Regions[j].Price.OnDemand * in.gpus(j) }
+func (in *Input) spotRate(j int) float64     { return in.Regions[j].Price.Spot * in.gpus(j) }
+
+// rents says which kinds of hourly capacity region j may rent.
+func (in *Input) rents(j int) (onDemand, spot bool) {
+	r := in.Regions[j]
+	if r.NoReplicas {
+		return false, false
+	}
+	return r.Price.OnDemandAvailable && r.Price.OnDemand > 0, r.Price.Spot > 0
+}
+
+// PlanCost plans the cheapest fleet that serves every hour under the
+// reach and residency rules: reserved replicas per region (paid all day)
+// and on-demand or spot replicas per region and hour (paid by the hour;
+// spot counts for 1 − its preemption), minimising money; whole replicas.
+// It compares the plan with reserving each region's own peak, with each
+// region reserving its mean and renting the rest, and with the pooling
+// bound (every link in reach, no residency, fractional replicas: no plan
+// costs less), and says which constraint holds the plan above the bound.
+func PlanCost(in Input) (*CostPlan, error) {
+	if err := in.validate(); err != nil {
+		return nil, err
+	}
+	if !in.priced() {
+		return nil, errors.New("plan: cost: a region that may hold replicas has no price")
+	}
+	day, err := costLP(in, nil, allHours())
+	if err != nil {
+		return nil, fmt.Errorf("plan: cost: %w", err)
+	}
+	reserved, rent, err := in.wholeReplicas(day.reserved)
+	if err != nil {
+		return nil, err
+	}
+	cp := &CostPlan{Term: in.Regions[0].Price.Term, DefaultPriceSource: price.DefaultSource}
+	for j, r := range in.Regions {
+		rc := RegionCost{Name: r.Name, Profile: r.Profile, GPU: r.GPU, GPUsPerReplica: int(in.gpus(j)), Capacity: in.capacity(j),
+			CapacitySource: r.CapacitySource, Price: r.Price, Reserved: reserved[j]}
+		daily := float64(reserved[j]) * in.reservedRate(j) * Hours
+		for h := range Hours {
+			rc.OnDemand[h], rc.Spot[h] = rent.onDemand[h][j], rent.spot[h][j]
+			daily += float64(rc.OnDemand[h])*in.onDemandRate(j) + float64(rc.Spot[h])*in.spotRate(j)
+		}
+		rc.Monthly = daily * daysPerMonth
+		cp.Monthly += rc.Monthly
+		cp.Regions = append(cp.Regions, rc)
+	}
+	isolated, isoHow := in.isolatedCost()
+	mean, meanHow := in.meanOnDemandCost()
+	bound, err := costLP(in.relaxed(), nil, allHours())
+	if err != nil {
+		return nil, fmt.Errorf("plan: cost: pooling bound: %w", err)
+	}
+	for _, o := range []CostOption{
+		{Name: OptionIsolated, Monthly: isolated, How: isoHow},
+		{Name: OptionMeanOnDemand, Monthly: mean, How: meanHow},
+		{Name: OptionPlan, Monthly: cp.Monthly, How: "shared across the links in reach, whole replicas"},
+		{Name: OptionBound, Monthly: bound.daily * daysPerMonth, How: "every link in reach, no residency, fractional replicas: no plan costs less"},
+	} {
+		if isolated > 0 {
+			o.Saving = 1 - o.Monthly/isolated
+		}
+		cp.Options = append(cp.Options, o)
+	}
+	if cp.HeldBy, err = in.costHeldBy(day.daily*daysPerMonth, bound.daily*daysPerMonth, cp.Monthly); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+// Option returns the named option.
+func (cp *CostPlan) Option(name string) CostOption {
+	for _, o := range cp.Options {
+		if o.Name == name {
+			return o
+		}
+	}
+	return CostOption{Name: name}
+}
+
+// isolatedCost is every region reserving its own peak.
+func (in *Input) isolatedCost() (float64, string) {
+	total := 0.0
+	var parts []string
+	for j, r := range in.Regions {
+		if r.NoReplicas {
+			continue
+		}
+		n := replicasFor(in.peak(j), in.capacity(j))
+		total += float64(n) * in.reservedRate(j) * price.HoursPerMonth
+		parts = append(parts, fmt.Sprintf("%s %d", r.Name, n))
+	}
+	return total, "reserved " + strings.Join(parts, ", ")
+}
+
+// meanOnDemandCost is every region reserving its mean demand and renting
+// on demand what each hour needs above it (its peak, where it cannot rent).
+func (in *Input) meanOnDemandCost() (float64, string) {
+	total := 0.0
+	var parts []string
+	for j, r := range in.Regions {
+		if r.NoReplicas {
+			continue
+		}
+		onDemand, _ := in.rents(j)
+		mean := 0.0
+		for _, d := range r.Demand {
+			mean += d / Hours
+		}
+		reserved := replicasFor(mean, in.capacity(j))
+		if !onDemand {
+			reserved = replicasFor(in.peak(j), in.capacity(j))
+		}
+		daily := float64(reserved) * in.reservedRate(j) * Hours
+		rented := 0
+		for _, d := range r.Demand {
+			n := max(0, replicasFor(d, in.capacity(j))-reserved)
+			rented += n
+			daily += float64(n) * in.onDemandRate(j)
+		}
+		total += daily * daysPerMonth
+		parts = append(parts, fmt.Sprintf("%s %d + %d replica-hours a day", r.Name, reserved, rented))
+	}
+	return total, "reserved " + strings.Join(parts, ", ")
+}
+
+// costHeldBy says what keeps the plan (whole, a month) above the bound:
+// each constraint lifted alone (residency; the links out of reach; each
+// region that cannot rent on demand, given its GPU's default on-demand
+// price), with what the plan would cost without it, then whole replicas
+// (the plan's fractional optimum, fractional).
+func (in *Input) costHeldBy(fractional, bound, whole float64) ([]string, error) {
+	const noise = 0.005 // a cost within half a percent is the same cost
+	var why []string
+	// lift plans again, in whole replicas, with one constraint changed:
+	// residency, say, costs little in fractions but a whole replica in
+	// every region all day.
+	lift := func(what string, change func(*Input)) error {
+		r := *in
+		r.Regions = slices.Clone(in.Regions)
+		change(&r)
+		sol, err := costLP(r, nil, allHours())
+		if err != nil {
+			return fmt.Errorf("plan: cost without %s: %w", what, err)
+		}
+		reserved, _, err := r.wholeReplicas(sol.reserved)
+		if err != nil {
+			return fmt.Errorf("plan: cost without %s: %w", what, err)
+		}
+		_, daily, _ := r.rentFor(reserved)
+		if m := daily * daysPerMonth; m < whole*(1-noise) {
+			why = append(why, fmt.Sprintf("%s: without it $%.0f a month (−$%.0f)", what, m, whole-m))
+		}
+		return nil
+	}
+	if whole > bound*(1+noise) {
+		if err := lift("residency", func(r *Input) {
+			for i := range r.Regions {
+				r.Regions[i].ResidencyShare = 0
+			}
+		}); err != nil {
+			return nil, err
+		}
+		if err := lift("reach (links out of reach)", func(r *Input) { r.Objective, r.MaxWANRTT = 0, math.MaxInt64 }); err != nil {
+			return nil, err
+		}
+		for j, reg := range in.Regions {
+			if onDemand, _ := in.rents(j); onDemand || reg.NoReplicas {
+				continue
+			}
+			def, err := (*price.Book)(nil).Resolve(reg.Name, reg.GPU)
+			if err != nil || def.OnDemand <= 0 {
+				continue
+			}
+			if err := lift(fmt.Sprintf("no on-demand in %s (at the default $%.2f/GPU-hour)", reg.Name, def.OnDemand), func(r *Input) {
+				r.Regions[j].Price.OnDemand, r.Regions[j].Price.OnDemandAvailable = def.OnDemand, true
+			}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if whole > fractional*(1+noise) {
+		why = append(why, fmt.Sprintf("whole replicas: the fractional optimum costs $%.0f a month", fractional))
+	}
+	return why, nil
+}
+
+func allHours() []int {
+	hours := make([]int, Hours)
+	for h := range hours {
+		hours[h] = h
+	}
+	return hours
+}
+
+// costSolution is a cost LP's answer: its daily cost, the reserved
+// replicas per region, and the hourly rentals by hour and region.
+type costSolution struct {
+	daily          float64
+	reserved       []float64
+	onDemand, spot map[int][]float64
+}
+
+// flowTieBreak is what one request/s carried over one second of RTT
+// costs in the cost LP, in dollars: small against any GPU-hour, so it
+// only chooses among plans of equal price (the nearest region serves).
+const flowTieBreak = 1e-6
+
+// costLP is the cost linear program over the given hours, with the
+// reserved replicas free (fixed nil) or fixed per region.
+//
+// Variables: x_j, reserved replicas of region j (paid every hour of the
+// day); for every hour h: y_hj on-demand and z_hj spot replicas where
+// region j rents them; a flow f ≥ 0 for every hour, region i, demand
+// class and region j that may serve it; a capacity slack s_hj ≥ 0.
+// Rows: each class's flows out of (h, i) sum to its demand; for every
+// (h, j), Σ flows into j + s_hj − cap_j·(x_j + y_hj + (1 − preemption)·z_hj) = 0;
+// x_j = 0 where the region holds no replicas, x_j = fixed_j when fixed.
+// Objective: Σ 24·reserved_j·x_j + Σ on-demand_j·y_hj + spot_j·z_hj + a
+// tie-break on RTT-weighted flows.
+func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
+	R := len(in.Regions)
+	type fvar struct {
+		h, i, j  int
+		resident bool
+	}
+	var fvars []fvar
+	col := R // x_j first
+	type rvar struct{ h, j, col int }
+	var onDemandVars, spotVars []rvar
+	for _, h := range hours {
+		for j := range R {
+			onDemand, spot := in.rents(j)
+			if onDemand {
+				onDemandVars = append(onDemandVars, rvar{h, j, col})
+				col++
+			}
+			if spot {
+				spotVars = append(spotVars, rvar{h, j, col})
+				col++
+			}
+		}
+	}
+	for _, h := range hours {
+		for i := range R {
+			for _, resident := range []bool{false, true} {
+				for j := range R {
+					if in.canShare(i, j, resident) {
+						fvars = append(fvars, fvar{h, i, j, resident})
+					}
+				}
+			}
+		}
+	}
+	flowCol := col
+	slackCol := flowCol + len(fvars)
+	nvar := slackCol + len(hours)*R
+	hourIndex := map[int]int{}
+	for k, h := range hours {
+		hourIndex[h] = k
+	}
+	demandRow := map[[3]int]int{}
+	for _, h := range hours {
+		for i := range R {
+			for k := range 2 {
+				if in.hasHome(i, k == 1) {
+					demandRow[[3]int{h, i, k}] = len(demandRow)
+				}
+			}
+		}
+	}
+	capRow := len(demandRow)
+	rows := capRow + len(hours)*R
+	var pinned []int // regions whose x_j is held: none, or fixed
+	for j, r := range in.Regions {
+		if fixed != nil || r.NoReplicas {
+			pinned = append(pinned, j)
+		}
+	}
+	pinRow := rows
+	rows += len(pinned)
+	A := mat.NewDense(rows, nvar, nil)
+	b := make([]float64, rows)
+	c := make([]float64, nvar)
+	for key, row := range demandRow {
+		b[row] = in.servable(key[1], key[0], key[2] == 1)
+	}
+	for fi, f := range fvars {
+		k := 0
+		if f.resident {
+			k = 1
+		}
+		A.Set(demandRow[[3]int{f.h, f.i, k}], flowCol+fi, 1)
+		A.Set(capRow+hourIndex[f.h]*R+f.j, flowCol+fi, 1)
+		if f.i != f.j {
+			c[flowCol+fi] = flowTieBreak * in.rtt(f.i, f.j)
+		}
+	}
+	for k := range hours {
+		for j := range R {
+			row := capRow + k*R + j
+			A.Set(row, slackCol+k*R+j, 1)
+			A.Set(row, j, -in.capacity(j))
+		}
+	}
+	for _, v := range onDemandVars {
+		A.Set(capRow+hourIndex[v.h]*R+v.j, v.col, -in.capacity(v.j))
+		c[v.col] = in.onDemandRate(v.j)
+	}
+	for _, v := range spotVars {
+		A.Set(capRow+hourIndex[v.h]*R+v.j, v.col, -in.capacity(v.j)*(1-in.Regions[v.j].Price.SpotPreemption))
+		c[v.col] = in.spotRate(v.j)
+	}
+	for j := range R {
+		c[j] = in.reservedRate(j) * Hours
+	}
+	for k, j := range pinned {
+		A.Set(pinRow+k, j, 1)
+		if fixed != nil {
+			b[pinRow+k] = float64(fixed[j])
+		}
+	}
+	_, xs, err := lp.Simplex(c, A, b, 1e-10, nil)
+	if err != nil {
+		return costSolution{}, err
+	}
+	sol := costSolution{reserved: xs[:R], onDemand: map[int][]float64{}, spot: map[int][]float64{}}
+	for _, h := range hours {
+		sol.onDemand[h], sol.spot[h] = make([]float64, R), make([]float64, R)
+	}
+	for _, v := range onDemandVars {
+		sol.onDemand[v.h][v.j] = xs[v.col]
+	}
+	for _, v := range spotVars {
+		sol.spot[v.h][v.j] = xs[v.col]
+	}
+	// The day's money, without the tie-break.
+	for j := range R {
+		sol.daily += sol.reserved[j] * in.reservedRate(j) * Hours
+	}
+	for _, v := range onDemandVars {
+		sol.daily += xs[v.col] * in.onDemandRate(v.j)
+	}
+	for _, v := range spotVars {
+		sol.daily += xs[v.col] * in.spotRate(v.j)
+	}
+	return sol, nil
+}
+
+// rentals are whole replicas rented, by hour then region.
+type rentals struct{ onDemand, spot [Hours][]int }
+
+// maxRoundedRegions bounds the exhaustive rounding (2^n candidates).
+const maxRoundedRegions = 8
+
+// wholeReplicas rounds fractional reserved replicas to whole ones: every
+// choice of floor or ceiling per region (up to maxRoundedRegions regions;
+// beyond, the ceilings), each hour then renting the least it needs on
+// top (its own LP, rounded up), the cheapest kept. The ceilings always
+// serve every hour, so there is an answer.
+func (in *Input) wholeReplicas(x []float64) ([]int, rentals, error) {
+	R := len(x)
+	var choices [][]int
+	base := make([]int, R)
+	var open []int
+	for j, v := range x {
+		base[j] = int(math.Floor(v + 1e-6))
+		if v-float64(base[j]) > 1e-6 {
+			open = append(open, j)
+		}
+	}
+	if len(open) > maxRoundedRegions {
+		c := slices.Clone(base)
+		for _, j := range open {
+			c[j]++
+		}
+		choices = [][]int{c}
+	} else {
+		for mask := range 1 << len(open) {
+			c := slices.Clone(base)
+			for k, j := range open {
+				if mask&(1<<k) != 0 {
+					c[j]++
+				}
+			}
+			choices = append(choices, c)
+		}
+	}
+	best, bestCost := []int(nil), math.Inf(1)
+	var bestRent rentals
+	for _, c := range choices {
+		rent, daily, ok := in.rentFor(c)
+		if ok && daily < bestCost-1e-9 {
+			best, bestCost, bestRent = c, daily, rent
+		}
+	}
+	if best == nil {
+		return nil, rentals{}, errors.New("plan: cost: no whole reservation serves every hour (unexpected: the ceilings should)")
+	}
+	return best, bestRent, nil
+}
+
+// rentFor is what each hour rents on top of reserved whole replicas, and
+// the day's cost; ok false when some hour cannot be served.
+func (in *Input) rentFor(reserved []int) (rentals, float64, bool) {
+	var rent rentals
+	daily := 0.0
+	for j, n := range reserved {
+		daily += float64(n) * in.reservedRate(j) * Hours
+	}
+	for h := range Hours {
+		sol, err := costLP(*in, reserved, []int{h})
+		if err != nil {
+			return rentals{}, 0, false
+		}
+		rent.onDemand[h], rent.spot[h] = make([]int, len(reserved)), make([]int, len(reserved))
+		for j := range reserved {
+			rent.onDemand[h][j] = int(math.Ceil(sol.onDemand[h][j] - 1e-6))
+			rent.spot[h][j] = int(math.Ceil(sol.spot[h][j] - 1e-6))
+			daily += float64(rent.onDemand[h][j])*in.onDemandRate(j) + float64(rent.spot[h][j])*in.spotRate(j)
+		}
+	}
+	return rent, daily, true
+}
