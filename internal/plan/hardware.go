@@ -50,10 +50,13 @@ func MeasureProfiles(s *sim.Scenario, target float64) (map[string]Capacity, erro
 
 // SetCapacities gives each region the capacity of its profile; a region
 // whose profile has none keeps the input's Capacity, and says it is
-// assumed from another profile's.
+// assumed from another profile's. A capacity the demand file gave stays.
 func (in *Input) SetCapacities(byProfile map[string]Capacity, fallback Capacity) {
 	for j := range in.Regions {
 		r := &in.Regions[j]
+		if r.Capacity > 0 && r.CapacitySource != "" {
+			continue // the demand file's own
+		}
 		if c, ok := byProfile[profileName(r.Profile)]; ok {
 			r.Capacity, r.CapacitySource = c.PerReplica, c.Source
 			continue

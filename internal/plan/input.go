@@ -120,6 +120,8 @@ func typicalTTFT(cfg sim.Config, wl *sim.Workload, prof string) (objective, ttft
 //	    jurisdiction: us
 //	    residency_share: 0.05
 //	    demand: [12.1, 11.8, ...]   # 24 hourly values
+//	    profile: llama3-8b-h100     # optional: its hardware (default --profile)
+//	    capacity: 11.9              # optional: requests/s one replica serves (default --capacity)
 //	rtt_ms: {us-east/eu-west: 72}
 //	max_wan_rtt_ms: 1000     # optional cap on reach
 //	ttft_objective_ms: 2000  # optional: reach follows the objective
@@ -212,6 +214,11 @@ type demandYAML struct {
 		Jurisdiction   string    `yaml:"jurisdiction"`
 		ResidencyShare float64   `yaml:"residency_share"`
 		Demand         []float64 `yaml:"demand"`
+		// Profile is the hardware its replicas run (default --profile's);
+		// Capacity what one serves within the SLO, requests/s (default
+		// --capacity).
+		Profile  string  `yaml:"profile"`
+		Capacity float64 `yaml:"capacity"`
 	} `yaml:"regions"`
 	RTTMs           map[string]float64 `yaml:"rtt_ms"`
 	MaxWANRTTMs     float64            `yaml:"max_wan_rtt_ms"`
@@ -238,7 +245,18 @@ func ParseDemandYAML(data []byte) (Input, error) {
 		if r.Name == "" || len(r.Demand) != Hours || r.ResidencyShare < 0 || r.ResidencyShare > 1 {
 			return Input{}, fmt.Errorf("demand yaml: regions[%d] needs a name, 24 hourly demand values and residency_share in [0, 1]", i)
 		}
-		reg := Region{Name: r.Name, Jurisdiction: r.Jurisdiction, ResidencyShare: r.ResidencyShare}
+		reg := Region{Name: r.Name, Jurisdiction: r.Jurisdiction, ResidencyShare: r.ResidencyShare, Profile: r.Profile, Capacity: r.Capacity}
+		if r.Profile != "" {
+			if _, err := profile.Lookup(r.Profile); err != nil {
+				return Input{}, fmt.Errorf("demand yaml: regions[%d].profile: %w", i, err)
+			}
+		}
+		if r.Capacity < 0 || math.IsNaN(r.Capacity) || math.IsInf(r.Capacity, 0) {
+			return Input{}, fmt.Errorf("demand yaml: regions[%d].capacity must be a non-negative number of requests/s", i)
+		}
+		if r.Capacity > 0 {
+			reg.CapacitySource = "configured: the demand file"
+		}
 		for h, v := range r.Demand {
 			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
 				return Input{}, fmt.Errorf("demand yaml: regions[%d].demand[%d] must be a non-negative number", i, h)

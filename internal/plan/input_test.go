@@ -119,9 +119,47 @@ func FuzzParseDemandCSV(f *testing.F) {
 
 func FuzzParseDemandYAML(f *testing.F) {
 	f.Add([]byte("regions: [{name: a, demand: [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1]}]\n"))
+	f.Add([]byte("regions: [{name: a, profile: llama3-8b-h100, capacity: 12, demand: [1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,9]}, {name: b, demand: [2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2,2]}]\nrtt_ms: {a/b: 80}\nmax_wan_rtt_ms: 200\n"))
+	f.Add([]byte("regions: [{name: a, profile: tpu-v9, demand: []}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = ParseDemandYAML(data)
+		in, err := ParseDemandYAML(data)
+		if err != nil || len(in.Regions) > 3 {
+			return
+		}
+		in.Capacity = 1
+		if in.Price(nil, "") == nil {
+			_, _ = PlanCost(in)
+		}
 	})
+}
+
+// A demand file says each region's hardware and capacity; the cost plan
+// prices each region's own GPU and keeps the file's capacity as
+// configured.
+func TestADemandFileGivesEachRegionItsHardware(t *testing.T) {
+	day := strings.TrimSuffix(strings.Repeat("4, ", 24), ", ")
+	in, err := ParseDemandYAML([]byte("regions:\n" +
+		"  - {name: fast, profile: llama3-8b-h100, capacity: 12, demand: [" + day + "]}\n" +
+		"  - {name: slow, demand: [" + day + "]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Price(nil, "llama3-8b-a100"); err != nil {
+		t.Fatal(err)
+	}
+	in.SetCapacities(nil, Capacity{PerReplica: 5, Source: "configured: --capacity"})
+	cp, err := PlanCost(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast, slow := cp.Regions[0], cp.Regions[1]
+	if fast.GPU != "H100-80GB" || fast.Capacity != 12 || fast.CapacitySource != "configured: the demand file" ||
+		slow.GPU != "A100-80GB" || slow.Capacity != 5 || slow.CapacitySource != "configured: --capacity" {
+		t.Errorf("fast %s %.0f (%s), slow %s %.0f (%s): want each region's own hardware and capacity", fast.GPU, fast.Capacity, fast.CapacitySource, slow.GPU, slow.Capacity, slow.CapacitySource)
+	}
+	if _, err := ParseDemandYAML([]byte("regions: [{name: a, profile: tpu-v9, demand: [" + day + "]}]")); err == nil || !strings.Contains(err.Error(), "regions[0].profile") {
+		t.Errorf("an unknown profile: %v", err)
+	}
 }
 
 func TestFromTraceShiftsThePatternByTimeZone(t *testing.T) {
