@@ -156,6 +156,8 @@ func TestNumericFlagsAreValidated(t *testing.T) {
 		{"serve", "--max-in-flight", "0"},
 		{"serve", "--max-wan-rtt-ms", "-3"},
 		{"demo", "--duration", "-1s"},
+		{"demo", "--ports", "9000,9001"},
+		{"demo", "--ports", "9000,9001,70000"},
 	} {
 		out, err := run(t, args...)
 		if err == nil || !strings.Contains(err.Error(), "--"+strings.TrimPrefix(args[len(args)-2], "--")) {

@@ -78,6 +78,11 @@ scenario's regions, shifted by its time zone, times --trace-scale).`,
 					return planFleet(cmd, s, capacity, measure, target, format)
 				}
 				sc = s
+				if verify {
+					if err := eval.CheckVariants(s, parseVariants(policyList)); err != nil {
+						return fmt.Errorf("--policies: %w", err)
+					}
+				}
 				if in, err = plan.FromScenario(s); err != nil {
 					return err
 				}

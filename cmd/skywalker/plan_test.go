@@ -131,67 +131,11 @@ func TestPlanFromATrace(t *testing.T) {
 }
 
 // The plan in money on a fleet of mixed hardware and prices: every option
-// side by side, each figure with its source, and the price flags move it
-// the way they must.
+// side by side, each figure with its source, in the table and in
+// plan.json; and the price flags move a plan the way they must.
 func TestPlanInMoney(t *testing.T) {
-	monthly := func(args ...string) (map[string]float64, string) {
-		t.Helper()
-		out, err := run(t, append([]string{"plan", "--scenario", "priced-fleet", "--format", "json"}, args...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got struct {
-			Cost struct {
-				Term    string `json:"term"`
-				Options []struct {
-					Name    string  `json:"name"`
-					Monthly float64 `json:"monthly_cost"`
-				} `json:"options"`
-				Regions []struct {
-					Region         string `json:"region"`
-					CapacitySource string `json:"capacity_source"`
-					Price          struct {
-						Source string `json:"source"`
-					} `json:"price"`
-				} `json:"regions"`
-			} `json:"cost"`
-		}
-		if err := json.Unmarshal([]byte(out), &got); err != nil {
-			t.Fatalf("not JSON: %v\n%s", err, out)
-		}
-		m := map[string]float64{}
-		for _, o := range got.Cost.Options {
-			m[o.Name] = o.Monthly
-		}
-		for _, r := range got.Cost.Regions {
-			if !strings.HasPrefix(r.CapacitySource, "configured: ") || !strings.Contains(r.Price.Source, "default") {
-				t.Errorf("%s: capacity from %q, prices from %q: want each source named", r.Region, r.CapacitySource, r.Price.Source)
-			}
-		}
-		return m, got.Cost.Term
-	}
-	base, term := monthly()
-	isolated, plan, bound := base["region-isolated, reserved at every peak"], base["planned: shared reservation + on demand"], base["pooling bound"]
-	if term != "1y" || !(bound > 0 && bound <= plan && plan < isolated) {
-		t.Fatalf("term %s, options %v: want bound ≤ plan < region-isolated", term, base)
-	}
-	threeYear, term := monthly("--term", "3y")
-	if term != "3y" || threeYear["region-isolated, reserved at every peak"] >= isolated {
-		t.Errorf("3-year term %v: want reservations cheaper than the 1-year %v", threeYear, base)
-	}
-	noRent, _ := monthly("--no-on-demand", "us-east,ap-northeast")
-	if noRent["planned: shared reservation + on demand"] < plan {
-		t.Errorf("no region renting: plan $%.0f, below the plan that may rent ($%.0f)", noRent["planned: shared reservation + on demand"], plan)
-	}
-	book := filepath.Join(t.TempDir(), "prices.yaml")
-	if err := os.WriteFile(book, []byte("gpus: {H100-80GB: {reserved_1y: 1.0}}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cheapH100, _ := monthly("--prices", book)
-	if cheapH100["planned: shared reservation + on demand"] >= plan {
-		t.Errorf("H100s reserved at $1/hour: plan $%.0f, want below $%.0f", cheapH100["planned: shared reservation + on demand"], plan)
-	}
-	table, err := run(t, "plan", "--scenario", "priced-fleet")
+	dir := t.TempDir()
+	table, err := run(t, "plan", "--scenario", "priced-fleet", "--out", dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,4 +145,81 @@ func TestPlanInMoney(t *testing.T) {
 			t.Errorf("the table does not say %q:\n%s", want, table)
 		}
 	}
+	data, err := os.ReadFile(filepath.Join(dir, "plan.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, term := costOptions(t, string(data))
+	isolated, plan, bound := base["region-isolated, reserved at every peak"], base["planned: shared reservation + on demand"], base["pooling bound"]
+	if term != "1y" || !(bound > 0 && bound <= plan && plan < isolated) {
+		t.Fatalf("term %s, options %v: want bound ≤ plan < region-isolated", term, base)
+	}
+
+	// The flags, on a small demand file of two regions in reach.
+	day := strings.TrimSuffix(strings.Repeat("1, ", 23), ", ") + ", 6"
+	demand := filepath.Join(dir, "demand.yaml")
+	if err := os.WriteFile(demand, []byte("regions:\n  - {name: a, demand: ["+day+"]}\n  - {name: b, demand: ["+day+"]}\nrtt_ms: {a/b: 40}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	monthly := func(args ...string) (map[string]float64, string) {
+		t.Helper()
+		out, err := run(t, append([]string{"plan", "--demand", demand, "--capacity", "1", "--format", "json"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return costOptions(t, out)
+	}
+	const planned = "planned: shared reservation + on demand"
+	oneYear, _ := monthly()
+	threeYear, term := monthly("--term", "3y")
+	if term != "3y" || threeYear["region-isolated, reserved at every peak"] >= oneYear["region-isolated, reserved at every peak"] {
+		t.Errorf("3-year term %v: want reservations cheaper than the 1-year %v", threeYear, oneYear)
+	}
+	noRent, _ := monthly("--no-on-demand", "a,b")
+	if noRent[planned] <= oneYear[planned] {
+		t.Errorf("no region renting: plan $%.0f, want above the plan that rents its one-hour peak ($%.0f)", noRent[planned], oneYear[planned])
+	}
+	book := filepath.Join(dir, "prices.yaml")
+	if err := os.WriteFile(book, []byte("gpus: {H100-80GB: {reserved_1y: 0.1, on_demand: 0.2}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cheap, _ := monthly("--prices", book, "--profile", "llama3-8b-h100")
+	if cheap[planned] >= oneYear[planned] {
+		t.Errorf("H100s at $0.10 reserved: plan $%.0f, want below the L4 plan's $%.0f", cheap[planned], oneYear[planned])
+	}
+}
+
+// costOptions reads a plan's JSON: each option's monthly cost, and the
+// reserved term; every region's capacity and price must name a source.
+func costOptions(t *testing.T, out string) (map[string]float64, string) {
+	t.Helper()
+	var got struct {
+		Cost struct {
+			Term    string `json:"term"`
+			Options []struct {
+				Name    string  `json:"name"`
+				Monthly float64 `json:"monthly_cost"`
+			} `json:"options"`
+			Regions []struct {
+				Region         string `json:"region"`
+				CapacitySource string `json:"capacity_source"`
+				Price          struct {
+					Source string `json:"source"`
+				} `json:"price"`
+			} `json:"regions"`
+		} `json:"cost"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &got); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out)
+	}
+	m := map[string]float64{}
+	for _, o := range got.Cost.Options {
+		m[o.Name] = o.Monthly
+	}
+	for _, r := range got.Cost.Regions {
+		if !strings.HasPrefix(r.CapacitySource, "configured: ") || r.Price.Source == "" {
+			t.Errorf("%s: capacity from %q, prices from %q: want each source named", r.Region, r.CapacitySource, r.Price.Source)
+		}
+	}
+	return m, got.Cost.Term
 }

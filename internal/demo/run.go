@@ -68,13 +68,13 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	baseSamples, err := runDay(ctx, base, day, nil, false)
+	baseSamples, err := runDay(ctx, base, day, view, opt.Live)
 	base.Close()
 	if err != nil && ctx.Err() == nil {
 		return Summary{}, err
 	}
 	baseRegions, baseOverall := Summarize(baseSamples)
-	fmt.Fprintf(view, "      %d requests, TTFT p50 %.0f ms, p99 %.0f ms\n", baseOverall.Arrivals, baseOverall.TTFTP50Ms, baseOverall.TTFTP99Ms)
+	fmt.Fprintf(view, "      %d requests, TTFT p50 %s ms, p99 %s ms\n", baseOverall.Arrivals, msCell(baseOverall.TTFTP50Ms), msCell(baseOverall.TTFTP99Ms))
 
 	fmt.Fprintf(view, "\n[2/2] the same day through SkyWalker (proxies on %s) ...\n", portList(opt.Ports))
 	c, err := Start(ctx, "skywalker", opt.Ports, opt.Logger)
@@ -123,6 +123,18 @@ func Run(ctx context.Context, opt Options) (Summary, error) {
 	return sum, nil
 }
 
+// unansweredCell stands for a percentile no answer reached: more of the
+// requests than the percentile leaves out got no first token.
+const unansweredCell = "unanswered"
+
+// msCell renders a latency in whole milliseconds, or unansweredCell.
+func msCell(m results.Millis) string {
+	if math.IsInf(float64(m), 1) {
+		return unansweredCell
+	}
+	return fmt.Sprintf("%.0f", float64(m))
+}
+
 func printSummary(w io.Writer, s Summary) {
 	fmt.Fprintf(w, "\nSummary (what the clients measured):\n\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -132,13 +144,10 @@ func printSummary(w io.Writer, s Summary) {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	ms := func(m results.Millis) string {
-		if x := float64(m); math.IsInf(x, 1) {
-			return "∞" // a request never answered within the percentile
-		}
-		return fmt.Sprintf("%.0f", float64(m))
-	}
+	ms := msCell
+	unanswered := false
 	row := func(name string, r, b results.RegionStats) {
+		unanswered = unanswered || math.IsInf(float64(r.TTFTP99Ms), 1) || math.IsInf(float64(b.TTFTP99Ms), 1)
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\t%s\t%.0f%%\t|\t%s\t%s\t\n", name, r.Arrivals, r.ServedLocal, r.ForwardedOut, r.Received,
 			ms(r.TTFTP50Ms), ms(r.TTFTP99Ms), 100*r.CacheHitRate, ms(b.TTFTP50Ms), ms(b.TTFTP99Ms))
 	}
@@ -147,6 +156,9 @@ func printSummary(w io.Writer, s Summary) {
 	}
 	row("all", s.Overall, s.LocalBaseline.Overall)
 	_ = tw.Flush()
+	if unanswered {
+		fmt.Fprintf(w, "(%s: more than 1%% of those requests got no first token — refused, failed or cut; the drops below say why)\n", unansweredCell)
+	}
 	fmt.Fprintf(w, "\nBy model (within the 1 s TTFT objective; ap-east has no %s engine, so its requests for it are forwarded, or fail with forwarding off):\n", LargeModel)
 	for _, m := range []string{Model, LargeModel} {
 		g, b := s.Models[m], s.LocalBaseline.Models[m]

@@ -6,11 +6,15 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	anthropicoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
+
+	"skywalker/internal/testwait"
 )
 
 // TestTheDemoMeshServesEveryEndpoint: the demo's mesh, as a user reaches
@@ -72,5 +76,50 @@ func TestTheDemoMeshServesEveryEndpoint(t *testing.T) {
 				t.Errorf("%s %s: %d %v %v", region.Region, path, resp.StatusCode, out, err)
 			}
 		}
+	}
+}
+
+// TestABackgroundResponseThroughTheDemo: the official OpenAI SDK creates a
+// background response through the demo's mesh and retrieves it until it
+// completes. While queued or in progress its output is an empty list,
+// never null: the official npm SDK iterates it (`rsp.output is not
+// iterable` otherwise).
+func TestABackgroundResponseThroughTheDemo(t *testing.T) {
+	ctx := context.Background()
+	c, err := Start(ctx, "skywalker", []int{0, 0, 0}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	oai := openai.NewClient(option.WithBaseURL(c.Regions[1].URL+"/v1"), option.WithAPIKey("unused"))
+	created, err := oai.Responses.New(ctx, responses.ResponseNewParams{Model: Model, Background: openai.Bool(true),
+		MaxOutputTokens: openai.Int(64), Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("tell me a story")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOutputIsAList := func(raw string) {
+		t.Helper()
+		var shape struct {
+			Output json.RawMessage `json:"output"`
+		}
+		if err := json.Unmarshal([]byte(raw), &shape); err != nil || len(shape.Output) == 0 || shape.Output[0] != '[' {
+			t.Errorf("output is %s, want a list (%v): %s", shape.Output, err, raw)
+		}
+	}
+	if created.Status != responses.ResponseStatusQueued && created.Status != responses.ResponseStatusInProgress {
+		t.Fatalf("a background response is %q at creation", created.Status)
+	}
+	checkOutputIsAList(created.RawJSON())
+	var got *responses.Response
+	testwait.Eventually(t, 60*time.Second, "the background response completes", func() (bool, string) {
+		got, err = oai.Responses.Get(ctx, created.ID, responses.ResponseGetParams{})
+		if err != nil {
+			return false, err.Error()
+		}
+		checkOutputIsAList(got.RawJSON())
+		return got.Status == responses.ResponseStatusCompleted, string(got.Status)
+	})
+	if got.OutputText() == "" || got.Usage.OutputTokens != 64 {
+		t.Errorf("completed with %q and %d output tokens, want 64", got.OutputText(), got.Usage.OutputTokens)
 	}
 }

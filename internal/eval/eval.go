@@ -169,6 +169,17 @@ func (v Variant) check(sc *sim.Scenario) error {
 // sharing reports whether the variant shares capacity across regions
 // (then its fleet is placed along the plan; a region-isolated one's along
 // regional peaks).
+// CheckVariants reports the first variant that cannot run on sc (an
+// unknown policy, a router in no listed region), before any simulation.
+func CheckVariants(sc *sim.Scenario, variants []Variant) error {
+	for _, v := range variants {
+		if err := v.check(sc); err != nil {
+			return fmt.Errorf("%s: %w", sc.Name, err)
+		}
+	}
+	return nil
+}
+
 func (v Variant) sharing() bool { return v.Policy != "local" && v.Policy != "local-least-load" }
 
 // PerRegionPolicies are the policies evaluated with a router in every

@@ -241,7 +241,14 @@ func (in *Input) costHeldBy(fractional, bound, whole float64) ([]string, error) 
 		}
 		return nil
 	}
-	if whole > bound*(1+noise) {
+	resident, outOfReach := false, false
+	for i, reg := range in.Regions {
+		resident = resident || reg.ResidencyShare > 0
+		for j := range in.Regions {
+			outOfReach = outOfReach || !reg.NoReplicas && !in.Regions[j].NoReplicas && !in.canShare(i, j, false)
+		}
+	}
+	if whole > bound*(1+noise) && resident {
 		if err := lift("residency", func(r *Input) {
 			for i := range r.Regions {
 				r.Regions[i].ResidencyShare = 0
@@ -249,9 +256,13 @@ func (in *Input) costHeldBy(fractional, bound, whole float64) ([]string, error) 
 		}); err != nil {
 			return nil, err
 		}
+	}
+	if whole > bound*(1+noise) && outOfReach {
 		if err := lift("reach (links out of reach)", func(r *Input) { r.Objective, r.MaxWANRTT = 0, math.MaxInt64 }); err != nil {
 			return nil, err
 		}
+	}
+	if whole > bound*(1+noise) {
 		for j, reg := range in.Regions {
 			if onDemand, _ := in.rents(j); onDemand || reg.NoReplicas {
 				continue
@@ -289,30 +300,27 @@ type costSolution struct {
 	onDemand, spot map[int][]float64
 }
 
-// flowTieBreak is what one request/s carried over one second of RTT
-// costs in the cost LP, in dollars: small against any GPU-hour, so it
-// only chooses among plans of equal price (the nearest region serves).
-const flowTieBreak = 1e-6
-
 // costLP is the cost linear program over the given hours, with the
 // reserved replicas free (fixed nil) or fixed per region.
 //
+// Demand is grouped by where it may be served: in each hour, the demand
+// of every region and class whose set of serving regions is the same is
+// one commodity (flows are fungible within the set), and a commodity one
+// region alone may serve (residency, most often) is no flow at all but
+// load on that region's capacity. The plan reports money, not flows, so
+// nothing is lost; the LP is a fraction of the size of one flow per
+// origin and class.
+//
 // Variables: x_j, reserved replicas of region j (paid every hour of the
 // day); for every hour h: y_hj on-demand and z_hj spot replicas where
-// region j rents them; a flow f ≥ 0 for every hour, region i, demand
-// class and region j that may serve it; a capacity slack s_hj ≥ 0.
-// Rows: each class's flows out of (h, i) sum to its demand; for every
-// (h, j), Σ flows into j + s_hj − cap_j·(x_j + y_hj + (1 − preemption)·z_hj) = 0;
+// region j rents them; a flow f ≥ 0 for every hour, commodity and region
+// j that may serve it; a capacity slack s_hj ≥ 0. Rows: each commodity's
+// flows sum to its demand; for every (h, j),
+// Σ flows into j + s_hj − cap_j·(x_j + y_hj + (1 − preemption)·z_hj) = −(demand only j may serve);
 // x_j = 0 where the region holds no replicas, x_j = fixed_j when fixed.
-// Objective: Σ 24·reserved_j·x_j + Σ on-demand_j·y_hj + spot_j·z_hj + a
-// tie-break on RTT-weighted flows.
+// Objective: Σ 24·reserved_j·x_j + Σ on-demand_j·y_hj + spot_j·z_hj.
 func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 	R := len(in.Regions)
-	type fvar struct {
-		h, i, j  int
-		resident bool
-	}
-	var fvars []fvar
 	col := R // x_j first
 	type rvar struct{ h, j, col int }
 	var onDemandVars, spotVars []rvar
@@ -329,35 +337,58 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 			}
 		}
 	}
-	for _, h := range hours {
-		for i := range R {
-			for _, resident := range []bool{false, true} {
-				for j := range R {
-					if in.canShare(i, j, resident) {
-						fvars = append(fvars, fvar{h, i, j, resident})
-					}
+	// Where each region's demand of each class may be served.
+	servers := make([][2][]int, R)
+	for i := range R {
+		for k := range 2 {
+			for j := range R {
+				if in.canShare(i, j, k == 1) {
+					servers[i][k] = append(servers[i][k], j)
 				}
 			}
+		}
+	}
+	type commodity struct {
+		h       int
+		servers []int
+		demand  float64
+	}
+	var goods []commodity
+	only := map[[2]int]float64{} // (hour index, region): demand only it may serve
+	for k, h := range hours {
+		byServers := map[string]int{}
+		for i := range R {
+			for class := range 2 {
+				d := in.servable(i, h, class == 1)
+				set := servers[i][class]
+				switch {
+				case d <= 0 || len(set) == 0:
+				case len(set) == 1:
+					only[[2]int{k, set[0]}] += d
+				default:
+					key := fmt.Sprint(set)
+					g, ok := byServers[key]
+					if !ok {
+						g = len(goods)
+						byServers[key] = g
+						goods = append(goods, commodity{h: k, servers: set})
+					}
+					goods[g].demand += d
+				}
+			}
+		}
+	}
+	type fvar struct{ good, j int }
+	var fvars []fvar
+	for g, good := range goods {
+		for _, j := range good.servers {
+			fvars = append(fvars, fvar{g, j})
 		}
 	}
 	flowCol := col
 	slackCol := flowCol + len(fvars)
 	nvar := slackCol + len(hours)*R
-	hourIndex := map[int]int{}
-	for k, h := range hours {
-		hourIndex[h] = k
-	}
-	demandRow := map[[3]int]int{}
-	for _, h := range hours {
-		for i := range R {
-			for k := range 2 {
-				if in.hasHome(i, k == 1) {
-					demandRow[[3]int{h, i, k}] = len(demandRow)
-				}
-			}
-		}
-	}
-	capRow := len(demandRow)
+	capRow := len(goods)
 	rows := capRow + len(hours)*R
 	var pinned []int // regions whose x_j is held: none, or fixed
 	for j, r := range in.Regions {
@@ -370,26 +401,24 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 	A := mat.NewDense(rows, nvar, nil)
 	b := make([]float64, rows)
 	c := make([]float64, nvar)
-	for key, row := range demandRow {
-		b[row] = in.servable(key[1], key[0], key[2] == 1)
+	for g, good := range goods {
+		b[g] = good.demand
 	}
 	for fi, f := range fvars {
-		k := 0
-		if f.resident {
-			k = 1
-		}
-		A.Set(demandRow[[3]int{f.h, f.i, k}], flowCol+fi, 1)
-		A.Set(capRow+hourIndex[f.h]*R+f.j, flowCol+fi, 1)
-		if f.i != f.j {
-			c[flowCol+fi] = flowTieBreak * in.rtt(f.i, f.j)
-		}
+		A.Set(f.good, flowCol+fi, 1)
+		A.Set(capRow+goods[f.good].h*R+f.j, flowCol+fi, 1)
 	}
 	for k := range hours {
 		for j := range R {
 			row := capRow + k*R + j
 			A.Set(row, slackCol+k*R+j, 1)
 			A.Set(row, j, -in.capacity(j))
+			b[row] = -only[[2]int{k, j}]
 		}
+	}
+	hourIndex := map[int]int{}
+	for k, h := range hours {
+		hourIndex[h] = k
 	}
 	for _, v := range onDemandVars {
 		A.Set(capRow+hourIndex[v.h]*R+v.j, v.col, -in.capacity(v.j))
@@ -422,7 +451,7 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 	for _, v := range spotVars {
 		sol.spot[v.h][v.j] = xs[v.col]
 	}
-	// The day's money, without the tie-break.
+	// The day's money.
 	for j := range R {
 		sol.daily += sol.reserved[j] * in.reservedRate(j) * Hours
 	}

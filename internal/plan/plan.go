@@ -292,7 +292,7 @@ func Solve(in Input) (*Result, error) {
 		// Replicas of unequal speed: the fewest that carry every hour with
 		// every link in reach and no residency, wherever they are fastest.
 		relaxed := in.relaxed()
-		least, _, _, err := solveLP(relaxed, -1, nil)
+		least, err := leastReplicas(relaxed)
 		if err != nil {
 			return nil, fmt.Errorf("plan: aggregated ideal: %w", err)
 		}
@@ -349,13 +349,27 @@ func Solve(in Input) (*Result, error) {
 	return res, nil
 }
 
+// leastReplicas is the least total reservation, in fractional replicas,
+// that serves every hour under the link and residency rules: the cost LP
+// (its demand grouped by where it may be served) with every replica at
+// one unit a day and nothing rented.
+func leastReplicas(in Input) (float64, error) {
+	in.Regions = slices.Clone(in.Regions)
+	for j := range in.Regions {
+		in.Regions[j].Price = price.Price{Reserved: 1.0 / Hours}
+		in.Regions[j].GPUs = 1
+	}
+	sol, err := costLP(in, nil, allHours())
+	return sol.daily, err
+}
+
 // place plans whole replicas, at least floor of them: stage 1 finds the
 // least total reservation that serves every hour; stage 2, at that total,
 // the placement with the least RTT-weighted cross-region traffic (x,
 // fractional), rounded to whole replicas that still serve every hour,
 // adding replicas where they are missing.
 func (in *Input) place(floor int) (placement []int, x []float64, err error) {
-	minTotal, _, _, err := solveLP(*in, -1, nil)
+	minTotal, err := leastReplicas(*in)
 	if err != nil {
 		return nil, nil, fmt.Errorf("plan: minimum reservation: %w", err)
 	}
@@ -492,6 +506,24 @@ type flow struct {
 // with fixed replicas, x_j = fixed_j.
 func solveLP(in Input, total float64, fixed []int) (float64, []float64, []flow, error) {
 	R := len(in.Regions)
+	// A class one region alone may serve (residency, most often) needs no
+	// flow: it is load on that region's capacity, and no offload.
+	sole := make([][2]int, R)
+	for i := range R {
+		for k := range 2 {
+			sole[i][k] = -1
+			n := 0
+			for j := range R {
+				if in.canShare(i, j, k == 1) {
+					n++
+					sole[i][k] = j
+				}
+			}
+			if n != 1 {
+				sole[i][k] = -1
+			}
+		}
+	}
 	type fvar struct {
 		h, i, j  int
 		resident bool
@@ -499,7 +531,10 @@ func solveLP(in Input, total float64, fixed []int) (float64, []float64, []flow, 
 	var fvars []fvar
 	for h := range Hours {
 		for i := range R {
-			for _, resident := range []bool{false, true} {
+			for k, resident := range []bool{false, true} {
+				if sole[i][k] >= 0 {
+					continue
+				}
 				for j := range R {
 					if in.canShare(i, j, resident) {
 						fvars = append(fvars, fvar{h, i, j, resident})
@@ -510,13 +545,13 @@ func solveLP(in Input, total float64, fixed []int) (float64, []float64, []flow, 
 	}
 	nx, nf, ns := R, len(fvars), Hours*R
 	nvar := nx + nf + ns
-	// Demand rows, one per (h, i, class) some region may serve (a class
-	// none may is Result.Unserved, and has no flows: no row).
+	// Demand rows, one per (h, i, class) more than one region may serve
+	// (a class none may is Result.Unserved, and has no flows: no row).
 	demandRow := map[[3]int]int{}
 	for h := range Hours {
 		for i := range in.Regions {
 			for k := range 2 {
-				if in.hasHome(i, k == 1) {
+				if in.hasHome(i, k == 1) && sole[i][k] < 0 {
 					demandRow[[3]int{h, i, k}] = len(demandRow)
 				}
 			}
@@ -567,6 +602,13 @@ func solveLP(in Input, total float64, fixed []int) (float64, []float64, []flow, 
 		for j := range R {
 			A.Set(capRow+h*R+j, nx+nf+h*R+j, 1)
 			A.Set(capRow+h*R+j, j, -in.capacity(j))
+		}
+		for i := range R {
+			for k := range 2 {
+				if j := sole[i][k]; j >= 0 {
+					b[capRow+h*R+j] -= in.servable(i, h, k == 1)
+				}
+			}
 		}
 	}
 	switch {

@@ -52,6 +52,7 @@ const (
 	ReasonLeastLoad    Reason = "least-load"         // least-loaded replica or region
 	ReasonSession      Reason = "session"            // the replica that last served the request's session (prompt_cache_key, session header)
 	ReasonRemoteFaster Reason = "remote-faster"      // a peer's estimated TTFT beats local
+	ReasonNotServed    Reason = "not-served-here"    // the model has no replica here; a peer serves it
 	ReasonResidency    Reason = "residency"          // the local region may not serve it
 	ReasonLocalBusy    Reason = "local-busy"         // no local replica free; a peer has a shorter queue (skylb)
 	ReasonBusy         Reason = "hold-busy"          // every local replica is busy

@@ -276,50 +276,70 @@ func TestChaos(t *testing.T) {
 		wg.Wait()
 		row("20 uploads at 1 byte / 100 ms (1 s body timeout)", &tl)
 	})
-	t.Run("a flooder rotating tenant names", func(t *testing.T) {
-		url, _ := simEngine(t, server.Faults{})
-		p := startSolo(t, []string{url}, func(c *Config) { c.MaxInFlight, c.TTFTObjective = 2, 2*time.Second })
-		flooder := &http.Client{Timeout: time.Minute}
-		quiet := fromAddress(net.IPv4(127, 0, 0, 2))
-		stop := make(chan struct{})
-		var flood tally
-		var wg sync.WaitGroup
-		for g := range 40 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
+	// A flooder rotating tenant names in the trusted header (fair queuing
+	// holds at most so many tenants' shares), or rotating API keys under
+	// the default setting (an unlisted key is its client's address: one
+	// tenant, however many keys).
+	for _, flood := range []struct {
+		name         string
+		floodHeader  func(n int) map[string]string
+		quietHeader  map[string]string
+		tenantsLabel string
+	}{
+		{"a flooder rotating tenant names", func(n int) map[string]string {
+			return map[string]string{GatewayTenantHeader: fmt.Sprint("rotating-", n)}
+		},
+			map[string]string{GatewayTenantHeader: "quiet"}, "200 tenant names"},
+		{"a flooder rotating API keys", func(n int) map[string]string {
+			return map[string]string{"Authorization": fmt.Sprint("Bearer sk-rotating-", n)}
+		},
+			map[string]string{"Authorization": "Bearer sk-quiet"}, "200 API keys"},
+	} {
+		t.Run(flood.name, func(t *testing.T) {
+			url, _ := simEngine(t, server.Faults{})
+			p := startSolo(t, []string{url}, func(c *Config) { c.MaxInFlight, c.TTFTObjective = 2, 2*time.Second })
+			flooder := &http.Client{Timeout: time.Minute}
+			quiet := fromAddress(net.IPv4(127, 0, 0, 2))
+			stop := make(chan struct{})
+			var floodTally tally
+			var wg sync.WaitGroup
+			for g := range 40 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						e, took := streamAs(flooder, p.addr, flood.floodHeader((g*1000+i)%200), i, 64)
+						floodTally.add(e, took)
+						if e == answered {
+							time.Sleep(20 * time.Millisecond) // refused: a moment before the next
+						}
 					}
-					e, took := streamAs(flooder, p.addr, map[string]string{GatewayTenantHeader: fmt.Sprint("rotating-", (g*1000+i)%200)}, i, 64)
-					flood.add(e, took)
-					if e == answered {
-						time.Sleep(20 * time.Millisecond) // refused: a moment before the next
-					}
-				}
-			}()
-		}
-		// Saturated: the queue holds what the objective allows (how many
-		// that is depends on the machine's speed), and the rest is refused.
-		testwait.Eventually(t, 30*time.Second, "the flood to fill the queue", func() (bool, string) {
-			n, refused := p.srv.QueueLength(), flood.count(answered)
-			return n >= 4 && refused >= 10, fmt.Sprintf("%d held, %d refused", n, refused)
+				}()
+			}
+			// Saturated: the queue holds what the objective allows (how many
+			// that is depends on the machine's speed), and the rest is refused.
+			testwait.Eventually(t, 30*time.Second, "the flood to fill the queue", func() (bool, string) {
+				n, refused := p.srv.QueueLength(), floodTally.count(answered)
+				return n >= 4 && refused >= 10, fmt.Sprintf("%d held, %d refused", n, refused)
+			})
+			var quietTally tally
+			for i := range 20 {
+				quietTally.add(streamAs(quiet, p.addr, flood.quietHeader, i, 64))
+			}
+			close(stop)
+			wg.Wait()
+			row("a flooder (40 at once, "+flood.tenantsLabel+") beside a quiet client: the quiet one", &quietTally)
+			fmt.Fprintf(&table, "%-72s the flood: %s\n", "", &floodTally)
+			if quietTally.counts[served] < 18 {
+				t.Errorf("the quiet client had %d of 20 served beside a flooder rotating %s; want at least 18 (90%%)", quietTally.counts[served], flood.tenantsLabel)
+			}
 		})
-		var quietTally tally
-		for i := range 20 {
-			quietTally.add(streamAs(quiet, p.addr, map[string]string{GatewayTenantHeader: "quiet"}, i, 64))
-		}
-		close(stop)
-		wg.Wait()
-		row("a flooder (40 at once, 200 tenant names) beside a quiet client: the quiet one", &quietTally)
-		fmt.Fprintf(&table, "%-72s the flood: %s\n", "", &flood)
-		if quietTally.counts[served] < 18 {
-			t.Errorf("the quiet client had %d of 20 served beside a flooder rotating tenant names; want at least 18 (90%%)", quietTally.counts[served])
-		}
-	})
+	}
 	t.Run("a lying peer", func(t *testing.T) {
 		hits := lyingPeer(t)
 		url, _ := simEngine(t, server.Faults{})

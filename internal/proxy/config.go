@@ -157,6 +157,7 @@ type Config struct {
 	TTFTObjectiveCritical  time.Duration `yaml:"ttft_objective_critical"`  // critical requests'
 	TTFTObjectiveSheddable time.Duration `yaml:"ttft_objective_sheddable"` // sheddable requests'
 	TenantHeader           string        `yaml:"tenant_header"`            // the header a trusted gateway names tenants in
+	TenantKeys             []string      `yaml:"tenant_keys"`              // API keys (SHA-256 hex) that name tenants of their own; "*": every key
 	SessionHeader          string        `yaml:"session_header"`           // the header a client names its session in (soft affinity)
 	ResponsesStartOver     bool          `yaml:"responses_start_over"`     // a chain whose home is gone starts over, when its input resends the conversation
 	FairQueuing            bool          `yaml:"fair_queuing"`             // held requests served fairly across tenants

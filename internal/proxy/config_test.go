@@ -128,9 +128,9 @@ func TestForwardMarkers(t *testing.T) {
 	if f, err := keys.verify(m, "eu-west", eu1, body, now); err != nil || f.Origin != "us-east" || f.ID != "req-1" {
 		t.Errorf("verify own marker: %+v %v", f, err)
 	}
-	tenanted := keys.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "req-t", Tenant: "key-ab;cd"}, body, now)
-	if f, err := keys.verify(tenanted, "eu-west", eu1, body, now); err != nil || f.Tenant != "key-ab;cd" {
-		t.Errorf("the tenant travels in the marker: %+v %v", f, err)
+	tenanted := keys.sign(forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "req-t", Tenant: "key-ab;cd", Owner: "key-ef"}, body, now)
+	if f, err := keys.verify(tenanted, "eu-west", eu1, body, now); err != nil || f.Tenant != "key-ab;cd" || f.Owner != "key-ef" {
+		t.Errorf("the tenant and the owner travel in the marker: %+v %v", f, err)
 	}
 	if _, err := keys.verify(strings.Replace(tenanted, ";a2V5LWFiO2Nk;", ";b3RoZXI;", 1), "eu-west", eu1, body, now); err == nil {
 		t.Error("a marker whose tenant was changed verified")
@@ -159,9 +159,13 @@ func TestForwardMarkers(t *testing.T) {
 			t.Errorf("%s: err = %v, want it refused: %q", tc.name, err, tc.want)
 		}
 	}
-	legacy := keys.signVersion(legacyMarkerVersion, forward{Origin: "us-east", Dest: "eu-west", ID: "req-11"}, body, now)
-	if f, err := keys.verify(legacy, "eu-west", eu1, body, now); err != nil || f.ID != "req-11" {
-		t.Errorf("the previous release's version 2 marker must verify during an upgrade: %+v %v", f, err)
+	legacy := keys.signVersion(legacyMarkerVersion, forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "req-11", Tenant: "key-0a"}, body, now)
+	if f, err := keys.verify(legacy, "eu-west", eu1, body, now); err != nil || f.ID != "req-11" || f.Owner != "key-0a" {
+		t.Errorf("the previous release's version 3 marker must verify during an upgrade, its authenticated tenant the owner: %+v %v", f, err)
+	}
+	v2 := strings.Replace(keys.signVersion(legacyMarkerVersion, forward{Origin: "us-east", Dest: "eu-west", DestProxy: eu1, ID: "req-12"}, body, now), "3;", "2;", 1)
+	if _, err := keys.verify(v2, "eu-west", eu1, body, now); err == nil || !strings.Contains(err.Error(), "version 2") {
+		t.Errorf("a version 2 marker (no receiving proxy): %v, want it refused as such", err)
 	}
 	rotated, _ := newMarkers([]string{"EjRWeJq83vAxMjM0NTY3OA==", "OpFc4ge0aP0hnkvDdg2oXw=="}, "skywalker")
 	if _, err := rotated.verify(fresh("req-10"), "eu-west", eu1, body, now); err != nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"skywalker/internal/engine/server"
 	"skywalker/internal/node/nodetest"
@@ -104,6 +105,24 @@ func TestEveryModelGoesOnlyWhereItIsServed(t *testing.T) {
 				}
 			}
 		}
+	}
+	// The engine that serves a forward answers the client's request with a
+	// 4xx (a background Responses request to an engine without the store:
+	// vLLM's 400): that answer is the client's at once, not a failed
+	// forward held until no replica here serves it (the model has none
+	// here: the forward's reason says so).
+	start := time.Now()
+	resp, err := http.Post(ap.URL+"/v1/responses", "application/json", strings.NewReader(`{"model":"llama-70b","input":"hi","background":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if took := time.Since(start); resp.StatusCode != 400 || !strings.Contains(string(body), "VLLM_ENABLE_RESPONSES_API_STORE") || took > 10*time.Second {
+		t.Errorf("the peer engine's 400 to a request from ap-east: got %d after %v: %.300s", resp.StatusCode, took.Round(time.Millisecond), body)
+	}
+	if why := resp.Header.Get("X-SkyWalker-Route-Reason"); why != "not-served-here" {
+		t.Errorf("a forward of a model ap-east does not serve: reason %q, want not-served-here", why)
 	}
 	r := call(t, c.Region("us-east").URL, `{"model":"gpt-9","messages":[{"role":"user","content":"hi"}]}`, nil)
 	if r.status != 404 || !strings.Contains(r.body, "llama-70b") || !strings.Contains(r.body, "llama-8b") || !strings.Contains(r.body, "model_not_found") {

@@ -2,8 +2,10 @@ package proxy_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -140,6 +142,38 @@ func TestResponsesChainsLandHomeFromAnyRegion(t *testing.T) {
 		if err != nil || got.ID != ch.last || got.OutputText() == "" {
 			t.Errorf("GET chain %d's last response from %s: %+v, %v", i, regions[i%3], got, err)
 		}
+	}
+
+	// A GET's answer is labelled as every answer is: the region and
+	// replica where the response lives.
+	getReq, _ := http.NewRequest("GET", c.Region(regions[1]).URL+"/v1/responses/"+chains[0].last, nil)
+	getReq.Header.Set(proxy.GatewayTenantHeader, "tenant-a") // the chain's tenant
+	get, err := http.DefaultClient.Do(getReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	getBody, _ := io.ReadAll(get.Body)
+	get.Body.Close()
+	if at := get.Header.Get("X-SkyWalker-Region") + "/" + get.Header.Get("X-SkyWalker-Replica"); get.StatusCode != 200 || at != chains[0].home {
+		t.Errorf("GET through %s: %d, labelled %q, want 200 from chain 0's home %s: %.300s", regions[1], get.StatusCode, at, chains[0].home, getBody)
+	}
+	// An id created without credentials, read with a key: the refusal says
+	// why; a 100 kB id is not echoed whole.
+	keyless, err := http.Post(c.Region("us-east").URL+"/v1/responses", "application/json", strings.NewReader(`{"model":"m","input":"no key","max_output_tokens":2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created struct{ ID string }
+	_ = json.NewDecoder(keyless.Body).Decode(&created)
+	keyless.Body.Close()
+	keyed := clients["us-east"]
+	var refused *openai.Error
+	if _, err := keyed.Responses.Get(ctx, created.ID, responses.ResponseGetParams{}); !errors.As(err, &refused) || refused.StatusCode != 404 || !strings.Contains(refused.Message, "created without an API key") {
+		t.Errorf("a key-less id read with a key: %v, want a 404 saying it was created without one", err)
+	}
+	long := "resp_sw" + strings.Repeat("A", 100_000)
+	if _, err := keyed.Responses.Get(ctx, long, responses.ResponseGetParams{}); !errors.As(err, &refused) || len(refused.Message) > 1000 || !strings.Contains(refused.Message, "100007 bytes") {
+		t.Errorf("a 100 kB id: a message of %d bytes (%v), want it cut", len(refused.Message), err)
 	}
 
 	// Its events again, streamed from another region, and a background

@@ -75,32 +75,34 @@ func deriveKey(secret []byte) []byte {
 	return h.Sum(nil)
 }
 
-// markerVersion prefixes every marker this release signs: version 3 names
-// the receiving proxy. Version 2 markers (the previous release's, without
-// it) are still accepted, so a mesh can be upgraded a region at a time;
-// they are protected against replay at the proxy that took them only.
+// markerVersion prefixes every marker this release signs: version 4 names
+// the receiving proxy and the request's owner. Version 3 markers (the
+// previous release's, without the owner) are still accepted, so a mesh
+// can be upgraded a region at a time; version 2 (without the receiving
+// proxy, open to replay at another proxy of the region) is refused.
 const (
-	markerVersion       = "3"
-	legacyMarkerVersion = "2"
+	markerVersion       = "4"
+	legacyMarkerVersion = "3"
 )
 
 // forward is what a marker says of a forwarded request: where it comes
-// from, where it was sent, its id, and its tenant at the origin (the peer
-// queues it fairly under the same tenant, though the client's
-// Authorization, from which the tenant may derive, stays at the origin).
+// from, where it was sent, its id, its tenant at the origin (the peer
+// queues it fairly under the same tenant) and its owner (what the
+// Responses ids it creates are bound to), though the client's
+// Authorization, from which both may derive, stays at the origin.
 //
-// DestProxy is the receiving proxy's advertised URL (empty in a version 2
-// marker).
+// DestProxy is the receiving proxy's advertised URL.
 type forward struct {
 	Origin, Dest, ID, Tenant string
 	DestProxy                string
+	Owner                    string
 }
 
 func mac(key []byte, version string, f forward, ts int64, bodySum []byte) []byte {
 	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00", version, f.Origin, f.Dest, f.ID, f.Tenant, ts)
-	if version != legacyMarkerVersion {
-		fmt.Fprintf(m, "%s\x00", f.DestProxy)
+	fmt.Fprintf(m, "%s\x00%s\x00%s\x00%s\x00%s\x00%d\x00%s\x00", version, f.Origin, f.Dest, f.ID, f.Tenant, ts, f.DestProxy)
+	if version == markerVersion {
+		fmt.Fprintf(m, "%s\x00", f.Owner)
 	}
 	m.Write(bodySum)
 	return m.Sum(nil)
@@ -114,9 +116,10 @@ func (m *markers) sign(f forward, body []byte, now time.Time) string {
 func (m *markers) signVersion(version string, f forward, body []byte, now time.Time) string {
 	ts := now.UnixMilli()
 	sum := sha256.Sum256(body)
-	fields := []string{version, f.Origin, f.Dest, f.ID, base64.RawURLEncoding.EncodeToString([]byte(f.Tenant)), strconv.FormatInt(ts, 10)}
-	if version != legacyMarkerVersion {
-		fields = append(fields, base64.RawURLEncoding.EncodeToString([]byte(f.DestProxy)))
+	b64 := base64.RawURLEncoding.EncodeToString
+	fields := []string{version, f.Origin, f.Dest, f.ID, b64([]byte(f.Tenant)), strconv.FormatInt(ts, 10), b64([]byte(f.DestProxy))}
+	if version == markerVersion {
+		fields = append(fields, b64([]byte(f.Owner)))
 	}
 	return strings.Join(append(fields, hex.EncodeToString(mac(m.keys[0], version, f, ts, sum[:]))), ";")
 }
@@ -128,25 +131,28 @@ var errBadMarker = errors.New("invalid forwarding marker")
 // marker is remembered: the same one again is refused as a replay.
 func (m *markers) verify(marker, dest, destProxy string, body []byte, now time.Time) (forward, error) {
 	parts := strings.Split(marker, ";")
-	if len(marker) > 1024 || !(len(parts) == 8 && parts[0] == markerVersion || len(parts) == 7 && parts[0] == legacyMarkerVersion) {
+	if len(parts) > 0 && parts[0] == "2" {
+		return forward{}, fmt.Errorf("%w: version 2 (it does not name the receiving proxy, so it could be replayed at another): upgrade the sending region", errBadMarker)
+	}
+	if len(marker) > 1024 || !(len(parts) == 9 && parts[0] == markerVersion || len(parts) == 8 && parts[0] == legacyMarkerVersion) {
 		return forward{}, errBadMarker
 	}
 	version := parts[0]
-	tenant, err := base64.RawURLEncoding.DecodeString(parts[4])
-	if err != nil {
-		return forward{}, errBadMarker
-	}
-	f := forward{Origin: parts[1], Dest: parts[2], ID: parts[3], Tenant: string(tenant)}
-	ts, err := strconv.ParseInt(parts[5], 10, 64)
-	if err != nil {
-		return forward{}, errBadMarker
-	}
-	if version == markerVersion {
-		proxy, err := base64.RawURLEncoding.DecodeString(parts[6])
+	decoded := make([]string, 3) // tenant, receiving proxy, owner
+	for i, part := range []int{4, 6, 7} {
+		if part >= len(parts)-1 {
+			break
+		}
+		b, err := base64.RawURLEncoding.DecodeString(parts[part])
 		if err != nil {
 			return forward{}, errBadMarker
 		}
-		f.DestProxy = string(proxy)
+		decoded[i] = string(b)
+	}
+	f := forward{Origin: parts[1], Dest: parts[2], ID: parts[3], Tenant: decoded[0], DestProxy: decoded[1], Owner: decoded[2]}
+	ts, err := strconv.ParseInt(parts[5], 10, 64)
+	if err != nil {
+		return forward{}, errBadMarker
 	}
 	originNow := now
 	if m.clockOffset != nil {
@@ -174,11 +180,14 @@ func (m *markers) verify(marker, dest, destProxy string, body []byte, now time.T
 		return forward{}, fmt.Errorf("%w: meant for region %s, not %s", errBadMarker, f.Dest, dest)
 	case f.Origin == dest:
 		return forward{}, fmt.Errorf("%w: a region does not forward to itself", errBadMarker)
-	case version == markerVersion && f.DestProxy != destProxy:
+	case f.DestProxy != destProxy:
 		return forward{}, fmt.Errorf("%w: meant for proxy %s of region %s, not this one (%s)", errBadMarker, f.DestProxy, dest, destProxy)
 	}
 	if !m.remember(f.Origin+"\x00"+f.ID, now) {
 		return forward{}, fmt.Errorf("%w: replayed (request %s from %s was already accepted)", errBadMarker, f.ID, f.Origin)
+	}
+	if version == legacyMarkerVersion && !strings.HasPrefix(f.Tenant, "addr-") {
+		f.Owner = f.Tenant // the previous release bound chains to an authenticated tenant
 	}
 	return f, nil
 }

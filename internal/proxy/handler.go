@@ -84,7 +84,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 				s.reject(w, shape, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
 				return
 			}
-			req.ID, req.Region, req.Tenant, req.Forwarded = fwd.ID, fwd.Origin, fwd.Tenant, true
+			req.ID, req.Region, req.Tenant, req.Owner, req.Forwarded = fwd.ID, fwd.Origin, fwd.Tenant, fwd.Owner, true
 			if !req.AllowedIn(s.cfg.Jurisdiction) {
 				s.reject(w, shape, &apierr.Error{Code: apierr.Forbidden, Param: "metadata.data_residency",
 					Message: "a request resident in " + req.Residency + " may not be served in " + s.cfg.Region}, "forbidden")
@@ -179,19 +179,58 @@ func (s *Server) applyHeaders(req *request.Request, r *http.Request) error {
 	if err := req.ApplyWaitHeader(h.Get(waitKey)); err != nil {
 		return err
 	}
+	// The tenant is what the operator says it is: a header its gateway
+	// sets, else an API key it lists (SKYWALKER_TENANT_KEYS), else the
+	// client's address — a key the proxy cannot verify never names a
+	// tenant, or a client rotating keys would be many tenants. The owner
+	// of what the request stores is the header's tenant, else the key's
+	// hash: a chain stays its key's, listed or not.
 	if name := s.cfg.TenantHeader; name != "" {
 		if v := h.Get(name); v != "" {
-			return req.SetTenant(name, v)
+			if err := req.SetTenant(name, v); err != nil {
+				return err
+			}
+			req.Owner = req.Tenant
+			return nil
 		}
 	}
-	if key := h.Get("Authorization"); key != "" {
+	key := bearer(h.Get("Authorization"))
+	if key == "" {
+		key = strings.TrimSpace(h.Get("X-Api-Key")) // Anthropic's clients send theirs here
+	}
+	if key != "" {
 		sum := sha256.Sum256([]byte(key))
-		req.Tenant = "key-" + hex.EncodeToString(sum[:6])
-		return nil
+		req.Owner = "key-" + hex.EncodeToString(sum[:6])
+		if s.tenantKey(sum) {
+			req.Tenant = req.Owner
+			return nil
+		}
 	}
 	sum := sha256.Sum256([]byte(clientOf(r)))
 	req.Tenant = "addr-" + hex.EncodeToString(sum[:6])
 	return nil
+}
+
+// bearer is the credential of an Authorization value, without its
+// scheme.
+func bearer(v string) string {
+	if scheme, cred, ok := strings.Cut(strings.TrimSpace(v), " "); ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(cred)
+	}
+	return strings.TrimSpace(v)
+}
+
+// tenantKey reports whether the API key whose SHA-256 is sum names a
+// tenant of its own: every key when TenantKeys is "*" (a gateway in front
+// verifies them), else the keys listed by their digest.
+func (s *Server) tenantKey(sum [32]byte) bool {
+	digest := hex.EncodeToString(sum[:])
+	for _, k := range s.cfg.TenantKeys {
+		if k == "*" || strings.EqualFold(k, digest) {
+			return true
+		}
+	}
+	return false
 }
 
 // bodyBuffers recycles request body buffers in size classes, so that a

@@ -59,6 +59,12 @@ func (r *readAhead) pump() {
 	defer relayBufferPool.Put(chunk)
 	for {
 		r.mu.Lock()
+		behind := !r.room() && !r.closed
+		if behind {
+			// The client, not the engine, is behind: the stream is quiet
+			// because nothing reads it, which is no stall of the engine's.
+			r.x.holdStall()
+		}
 		for !r.room() && !r.closed {
 			r.cond.Wait()
 		}
@@ -66,6 +72,9 @@ func (r *readAhead) pump() {
 		r.mu.Unlock()
 		if closed {
 			return
+		}
+		if behind {
+			r.x.restartStall()
 		}
 		n, err := r.src.Read(*chunk)
 		r.mu.Lock()

@@ -193,6 +193,37 @@ func TestAClientThatNeverReadsIsCut(t *testing.T) {
 	})
 }
 
+// TestAClientThatStopsReadingIsNotTheEnginesStall: a client that stops
+// reading a long stream fills the read-ahead buffer and the proxy stops
+// reading the engine; that quiet is the client's doing. The stall timeout
+// (short here) does not fire while the client is behind; the client is
+// cut at the write timeout and the request counts as cancelled, never as
+// the engine's failure.
+func TestAClientThatStopsReadingIsNotTheEnginesStall(t *testing.T) {
+	backend, _ := longStream(t, 4096) // 4 MiB: more than the 64 KiB buffer
+	p := startSolo(t, []string{backend}, func(c *Config) {
+		c.WriteTimeout, c.ResponseBuffer, c.StallTimeout = 3*time.Second, 64<<10, 200*time.Millisecond
+	})
+	client := newStuckClient(1)
+	returned := serveStuck(p, client)
+	select {
+	case <-returned:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("a client that stopped reading was not cut within 60 s (write_timeout 3s); it has %d bytes", len(client.received()))
+	}
+	testwait.Eventually(t, 30*time.Second, "the request to be counted", func() (bool, string) {
+		cancelled := testutilValue(p.srv.metrics.requests.WithLabelValues("solo", "solo", "cancelled"))
+		failed := testutilValue(p.srv.metrics.requests.WithLabelValues("solo", "solo", "failed_midstream"))
+		return cancelled+failed == 1, fmt.Sprintf("cancelled %v, failed midstream %v", cancelled, failed)
+	})
+	if n := testutilValue(p.srv.metrics.requests.WithLabelValues("solo", "solo", "cancelled")); n != 1 {
+		t.Errorf("a client that stopped reading: cancelled = %v, want 1 (the client's doing, not the engine's)", n)
+	}
+	if n := testutilValue(p.srv.metrics.upstreamTimeouts.WithLabelValues("stall")); n != 0 {
+		t.Errorf("stall timeouts = %v while only the client was behind, want 0", n)
+	}
+}
+
 // blockingSource is an upstream body whose Read waits for release, then
 // returns n bytes.
 type blockingSource struct {

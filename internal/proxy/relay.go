@@ -258,11 +258,11 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		var next routed
 		var routeErr error
 		if sendErr == nil {
-			next, verdict, routeErr = x.s.router.Answered(ctx, o.Attempt, resp.StatusCode, true)
+			next, verdict, routeErr = x.s.router.Answered(ctx, o.Attempt, resp.StatusCode, answeredByEngine(o, resp), true)
 			if verdict.StartOver && x.chain.fresh != nil {
 				drain(resp)
 				if resp, sendErr = x.sendAndAwait(o, x.chain.fresh); sendErr == nil {
-					next, verdict, routeErr = x.s.router.Answered(ctx, o.Attempt, resp.StatusCode, true)
+					next, verdict, routeErr = x.s.router.Answered(ctx, o.Attempt, resp.StatusCode, answeredByEngine(o, resp), true)
 				}
 			}
 		}
@@ -310,6 +310,13 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		x.s.logEvery("retry\x00"+o.Decision.Region, slog.LevelInfo, "retrying elsewhere", "id", x.req.ID, "attempt", o.Number, "err", sendErr)
 		o, err = next, routeErr
 	}
+}
+
+// answeredByEngine reports whether resp, o's answer, is an engine's: a
+// replica's here, or one the peer relayed from the engine that served the
+// forward (it names the replica); a peer proxy's own refusal names none.
+func answeredByEngine(o routed, resp *http.Response) bool {
+	return o.replica != nil || resp.Header.Get(replicaKey) != ""
 }
 
 // sendAndAwait sends body to o and reads its answer up to its first body
@@ -362,7 +369,7 @@ func (x *exchange) send(ctx context.Context, o routed, body []byte) (*http.Respo
 			return nil, err
 		}
 		up.URL.Scheme, up.URL.Host = base.Scheme, base.Host
-		up.Header.Set(forwardKey, x.s.markers.sign(forward{Origin: x.s.cfg.Region, Dest: p.Region, DestProxy: addr, ID: x.req.ID, Tenant: x.req.Tenant}, body, time.Now()))
+		up.Header.Set(forwardKey, x.s.markers.sign(forward{Origin: x.s.cfg.Region, Dest: p.Region, DestProxy: addr, ID: x.req.ID, Tenant: x.req.Tenant, Owner: x.req.Owner}, body, time.Now()))
 		if !x.s.cfg.ForwardAuthorization {
 			for _, h := range CredentialHeaders { // the client's credentials stay in its region
 				up.Header.Del(h)

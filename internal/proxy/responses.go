@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"skywalker/internal/apierr"
 	"skywalker/internal/mesh"
+	"skywalker/internal/policy"
 	"skywalker/internal/region"
 	"skywalker/internal/request"
 	"skywalker/internal/responses"
@@ -41,29 +43,43 @@ func newResponseIDs(gossipKeys []string) (responses.Codec, error) {
 	return responses.NewCodec(keys), nil
 }
 
-// chainTenant is the tenant a response is bound to: the request's, when
-// it is an authenticated one (the tenant header, an API key's hash); a
-// tenant derived from the client's address binds nothing, since one
-// client enters different regions from different addresses.
-func chainTenant(req *request.Request) string {
-	if strings.HasPrefix(req.Tenant, "addr-") {
-		return ""
-	}
-	return req.Tenant
-}
+// chainTenant is the identity a response is bound to: the request's
+// owner (the tenant header, an API key's hash); a client known only by its
+// address binds nothing, since one client enters different regions from
+// different addresses.
+func chainTenant(req *request.Request) string { return req.Owner }
 
 // decodeResponse reads a response id a client sent (as param) for
 // tenant: its home and the engine's id there. A foreign, malformed,
 // forged or another tenant's id is not found (code: the error's).
 func (s *Server) decodeResponse(id, tenant, param string, code apierr.Code) (responses.Ref, *apierr.Error) {
 	ref, err := s.responseIDs.Decode(id)
+	shown := quoteID(id)
 	switch {
 	case errors.Is(err, responses.ErrNotOurs):
-		return ref, &apierr.Error{Code: code, Param: param, Message: fmt.Sprintf("response %q was not issued through this SkyWalker mesh (its ids begin with %s)", id, responses.Prefix)}
-	case err != nil, !ref.OwnedBy(tenant):
-		return ref, &apierr.Error{Code: code, Param: param, Message: fmt.Sprintf("response %q not found", id)}
+		return ref, &apierr.Error{Code: code, Param: param, Message: fmt.Sprintf("response %s was not issued through this SkyWalker mesh (its ids begin with %s)", shown, responses.Prefix)}
+	case err != nil:
+		return ref, &apierr.Error{Code: code, Param: param, Message: fmt.Sprintf("response %s not found", shown)}
+	case !ref.OwnedBy(tenant) && ref.OwnedBy(""):
+		// The client's own id, created without credentials: saying so is
+		// no leak, and the fix is the client's.
+		return ref, &apierr.Error{Code: code, Param: param, Message: fmt.Sprintf("response %s was created without an API key (or tenant header); it is read and continued only without one", shown)}
+	case !ref.OwnedBy(tenant):
+		return ref, &apierr.Error{Code: code, Param: param, Message: fmt.Sprintf("response %s not found", shown)}
 	}
 	return ref, nil
+}
+
+// maxShownID is how much of a client's response id an error repeats.
+const maxShownID = 96
+
+// quoteID quotes a response id for an error message, cut to maxShownID
+// bytes: a client's 100 kB id is not echoed whole.
+func quoteID(id string) string {
+	if len(id) <= maxShownID {
+		return strconv.Quote(id)
+	}
+	return fmt.Sprintf("%q… (%d bytes)", id[:maxShownID], len(id))
 }
 
 // goHome sends a Responses request with previous_response_id home: it
@@ -215,7 +231,7 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 				s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.Forbidden, Message: err.Error()}, "forbidden")
 				return
 			}
-			req.Tenant, req.Forwarded = fwd.Tenant, true
+			req.Tenant, req.Owner, req.Forwarded = fwd.Tenant, fwd.Owner, true
 		} else if err := s.applyHeaders(req, r); err != nil {
 			s.reject(w, apierr.OpenAI, err, "bad_request")
 			return
@@ -232,7 +248,7 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 			rp, healthy := s.router.replicaNamed(home.Replica)
 			if rp == nil || !healthy {
 				s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
-					Message: fmt.Sprintf("response %q is no longer available: the replica that held it (%s) is out of service", id, home.Replica)}, "not_found")
+					Message: fmt.Sprintf("response %s is no longer available: the replica that held it (%s) is out of service", quoteID(id), home.Replica)}, "not_found")
 				return
 			}
 			enginePath := "/v1/responses/" + ref.EngineID
@@ -244,13 +260,13 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 			up.Header.Del(ForwardHeader)
 			mapID = s.engineIDs(home.Replica, req)
 		case req.Forwarded:
-			s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id", Message: fmt.Sprintf("response %q does not live in %s", id, s.cfg.Region)}, "not_found")
+			s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id", Message: fmt.Sprintf("response %s does not live in %s", quoteID(id), s.cfg.Region)}, "not_found")
 			return
 		default:
 			addr, ok := s.router.peerAddr(home.Region)
 			if !ok {
 				s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.Unavailable, RetryAfter: time.Second,
-					Message: fmt.Sprintf("the region that holds response %q (%s) is not reachable now", id, home.Region)}, "unavailable")
+					Message: fmt.Sprintf("the region that holds response %s (%s) is not reachable now", quoteID(id), home.Region)}, "unavailable")
 				return
 			}
 			base, err := parseBase(addr)
@@ -261,7 +277,7 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 			up = r.Clone(r.Context())
 			up.URL.Scheme, up.URL.Host, up.Host, up.RequestURI = base.Scheme, base.Host, "", ""
 			up.Header.Set(ForwardHeader, s.markers.sign(forward{Origin: s.cfg.Region, Dest: home.Region, DestProxy: addr,
-				ID: s.cfg.NodeID + "-op-" + fmt.Sprint(s.ids.Add(1)), Tenant: req.Tenant}, []byte(signed), time.Now()))
+				ID: s.cfg.NodeID + "-op-" + fmt.Sprint(s.ids.Add(1)), Tenant: req.Tenant, Owner: req.Owner}, []byte(signed), time.Now()))
 			if !s.cfg.ForwardAuthorization {
 				for _, h := range CredentialHeaders {
 					up.Header.Del(h)
@@ -271,13 +287,13 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 		up.Body, up.ContentLength = http.NoBody, 0
 		resp, err := s.upstream.RoundTrip(up)
 		if err != nil {
-			s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.Upstream, Message: fmt.Sprintf("response %q: its home did not answer: %v", id, err)}, "failed")
+			s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.Upstream, Message: fmt.Sprintf("response %s: its home did not answer: %v", quoteID(id), err)}, "failed")
 			return
 		}
 		if resp.StatusCode == http.StatusNotFound && mapID != nil {
 			drain(resp)
 			s.reject(w, apierr.OpenAI, &apierr.Error{Code: apierr.ResponseNotFound, Param: "response_id",
-				Message: fmt.Sprintf("response %q is no longer available: the engine that held it no longer has it", id)}, "not_found")
+				Message: fmt.Sprintf("response %s is no longer available: the engine that held it no longer has it", quoteID(id))}, "not_found")
 			return
 		}
 		if mapID != nil {
@@ -285,7 +301,22 @@ func (s *Server) responseOp(cancel bool) http.HandlerFunc {
 			resp.ContentLength = -1
 			resp.Header.Del("Content-Length")
 		}
-		s.copyResponse(w, r, resp, nil, apierr.OpenAI) // the copier every relayed answer goes through
+		// Labelled as every answer is: where the response lives (its home's
+		// proxy sets region and replica) and, at the ingress, that it came
+		// from a peer.
+		label := func(resp *http.Response) error {
+			h := resp.Header
+			if mapID != nil {
+				h.Set(regionKey, s.cfg.Region)
+				h.Set(replicaKey, ref.Home.Replica)
+			} else {
+				h.Set(ingressKey, s.cfg.Region)
+			}
+			h.Set(reasonKey, string(policy.ReasonHome))
+			s.closeWhenDraining(h)
+			return nil
+		}
+		s.copyResponse(w, r, resp, label, apierr.OpenAI) // the copier every relayed answer goes through
 	}
 }
 

@@ -169,15 +169,16 @@ func (r *Router) Route(ctx context.Context, req *request.Request) (routed, error
 	return o, err
 }
 
-// Answered reports the status the attempt's target answered with
-// (region.Attempt.Answered) and, when firstByte, that its first byte is
-// in: when the answer goes on to the client, that is the attempt's first
-// token. When the core ends the attempt as failed and routes the request
-// again, it waits for the next attempt as Route does.
-func (r *Router) Answered(ctx context.Context, a *region.Attempt, status int, firstByte bool) (routed, region.Next, error) {
+// Answered reports the status the attempt's target answered with, and
+// whether an engine gave it (region.Attempt.Answered) and, when firstByte,
+// that its first byte is in: when the answer goes on to the client, that
+// is the attempt's first token. When the core ends the attempt as failed
+// and routes the request again, it waits for the next attempt as Route
+// does.
+func (r *Router) Answered(ctx context.Context, a *region.Attempt, status int, byEngine, firstByte bool) (routed, region.Next, error) {
 	return r.await(ctx, a.Request, func() region.Next {
 		r.answeredLocked(a)
-		next := a.Answered(r.now(), status)
+		next := a.Answered(r.now(), status, byEngine)
 		if next == (region.Next{}) && firstByte {
 			a.FirstToken(r.now())
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"net"
@@ -133,8 +134,10 @@ var settings = describe([]Setting{
 		check: is(priorityClass)},
 	{Field: "PriorityMin", Env: "SKYWALKER_PRIORITY_MIN", Help: "lowest vLLM body priority clients may send (outside the range: 400)"},
 	{Field: "PriorityMax", Env: "SKYWALKER_PRIORITY_MAX", Help: "highest vLLM body priority clients may send; 0 and 0: clients may not reorder the engines' queues", check: priorityRange},
-	{Field: "TenantHeader", Env: "SKYWALKER_TENANT_HEADER", Help: "a header that names the request's tenant for fair queuing, trusted: set it only behind a gateway that sets it (x-gateway-inference-fairness-id behind the Inference Gateway). Without it, or when a request lacks it, the tenant is a hash of the API key, else of the client's address",
-		Derived: "none: the API key, else the client's address", check: is(headerName)},
+	{Field: "TenantHeader", Env: "SKYWALKER_TENANT_HEADER", Help: "a header that names the request's tenant for fair queuing, trusted: set it only behind a gateway that sets it (x-gateway-inference-fairness-id behind the Inference Gateway). Without it, or when a request lacks it, the tenant is a listed API key (SKYWALKER_TENANT_KEYS), else the client's address",
+		Derived: "none: a listed API key, else the client's address", check: is(headerName)},
+	{Field: "TenantKeys", Env: "SKYWALKER_TENANT_KEYS", Help: "API keys that name tenants of their own for fair queuing, as the SHA-256 hex of each key (printf %s \"$KEY\" | sha256sum), comma-separated; * trusts every key (only behind a gateway that verifies them). Any other key is its client's address: the proxy does not check keys, so a client rotating unlisted keys stays one tenant",
+		Derived: "none: keys do not name tenants", check: is(tenantKeys)},
 	{Field: "SessionHeader", Env: "SKYWALKER_SESSION_HEADER", Help: "the header that names a client's session (as vLLM's x-session-id), passed on to the engine: the session's requests go back to the replica that served it last while it is in service and not far busier than the others (a body's prompt_cache_key or session_id does the same and wins)",
 		check: is(headerName)},
 	{Field: "ResponsesStartOver", Env: "SKYWALKER_RESPONSES_START_OVER", Help: "a Responses request whose previous response is gone (its replica out of service or left, its engine restarted) starts its chain over — sent without previous_response_id, routed as a new request — when its input resends the conversation (an earlier assistant message, function call or reasoning item); off: it gets 400 previous_response_not_found"},
@@ -426,6 +429,15 @@ func optionalURL(v string) string {
 func objective(v time.Duration) string {
 	if v < 0 || v > time.Hour {
 		return "must be between 0 (off) and 1h"
+	}
+	return ""
+}
+
+func tenantKeys(keys []string) string {
+	for i, k := range keys {
+		if _, err := hex.DecodeString(k); k != "*" && (err != nil || len(k) != 64) {
+			return fmt.Sprintf("key %d: want the SHA-256 of an API key in hex (64 digits) or *", i+1)
+		}
 	}
 	return ""
 }

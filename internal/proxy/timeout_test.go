@@ -203,7 +203,7 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 		for _, h := range CredentialHeaders {
 			out.Header.Set(h, "secret-"+h)
 		}
-		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "key-0a1b2c"}, body: body, outbound: out}
+		x := &exchange{s: srv, req: &request.Request{ID: "us-east-1", Tenant: "addr-0a1b2c", Owner: "key-0a1b2c"}, body: body, outbound: out}
 		o := routed{Attempt: &region.Attempt{}}
 		o.Peer = &region.Peer{Region: "eu-west", APIAddrs: []string{peer.URL}}
 		resp, err := x.send(context.Background(), o, body)
@@ -218,8 +218,8 @@ func TestAForwardCarriesTheMarkerAndNotTheClientsKey(t *testing.T) {
 			}
 		}
 		m := got.Get(ForwardHeader)
-		if f, err := srv.markers.verify(m, "eu-west", peer.URL, body, time.Now()); err != nil || f != (forward{"us-east", "eu-west", "us-east-1", "key-0a1b2c", peer.URL}) {
-			t.Errorf("marker %q says %+v (%v); want origin, destination (region and proxy), id and the tenant, so the peer queues it fairly", m, f, err)
+		if f, err := srv.markers.verify(m, "eu-west", peer.URL, body, time.Now()); err != nil || f != (forward{"us-east", "eu-west", "us-east-1", "addr-0a1b2c", peer.URL, "key-0a1b2c"}) {
+			t.Errorf("marker %q says %+v (%v); want origin, destination (region and proxy), id, the tenant (so the peer queues it fairly) and the owner (what its Responses ids are bound to)", m, f, err)
 		}
 	}
 }

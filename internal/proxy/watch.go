@@ -40,6 +40,22 @@ func (x *exchange) watch(resp *http.Response) {
 	resp.Body = newReadAhead(x, wb)
 }
 
+// holdStall stops the stall clock while the client is behind (the
+// read-ahead buffer is full); restartStall starts it again once the pump
+// reads the upstream again. Both run on the pump's goroutine, as the
+// clock's resets on each chunk do.
+func (x *exchange) holdStall() {
+	if x.stall != nil {
+		x.stall.Stop()
+	}
+}
+
+func (x *exchange) restartStall() {
+	if x.stall != nil {
+		x.stall.Reset(x.s.cfg.StallTimeout)
+	}
+}
+
 // endContext ends the context of the attempt that reached the client.
 func (x *exchange) endContext() {
 	if x.cancel != nil {

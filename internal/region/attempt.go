@@ -192,18 +192,20 @@ func (a *Attempt) End(now time.Time, how Outcome) Next {
 // previous response it lost; a peer's refusal its error's status), before
 // anything of it reached the client, and decides what it means — the
 // rule both drivers follow:
-//   - below 400, and a replica's 4xx (the engine's word on the client's
-//     request), and any 4xx of a chain's home region (no other region can
-//     serve the chain: the previous response is gone, the home is
-//     overloaded): the answer goes to the client; Answered returns the
-//     zero Next and the attempt goes on;
+//   - below 400, and an engine's 4xx (a replica's here, or byEngine: the
+//     engine that served a forward at the peer — its word on the client's
+//     request, which no other region would answer otherwise), and any 4xx
+//     of a chain's home region (no other region can serve the chain: the
+//     previous response is gone, the home is overloaded): the answer goes
+//     to the client; Answered returns the zero Next and the attempt goes
+//     on;
 //   - a replica's 404 to a chain that may start over (request.StartOver)
 //     and has not yet: Next.StartOver, and the attempt goes on;
-//   - a 5xx, and a peer's other 4xx (its refusal — its model set, its
+//   - a 5xx, and a peer proxy's own 4xx (its refusal — its model set, its
 //     limits, its overload — is never the client's fault: this node checked
 //     the request already): the attempt ends ReplicaFailed, and Next says
 //     what follows (a failed forward is served here).
-func (a *Attempt) Answered(now time.Time, status int) Next {
+func (a *Attempt) Answered(now time.Time, status int, byEngine bool) Next {
 	if a.ended || a.Err != nil {
 		return Next{}
 	}
@@ -212,7 +214,7 @@ func (a *Attempt) Answered(now time.Time, status int) Next {
 	case a.rp != nil && status == 404 && req.StartOver && !req.Home.IsZero() && !req.StartedOver:
 		req.StartedOver = true
 		return Next{StartOver: true}
-	case status < 400, status < 500 && (a.rp != nil || a.Decision.Reason == policy.ReasonHome):
+	case status < 400, status < 500 && (a.rp != nil || byEngine || a.Decision.Reason == policy.ReasonHome):
 		return Next{}
 	}
 	return a.End(now, ReplicaFailed)
@@ -345,6 +347,9 @@ func (r *pool) Deliver(o balancer.Outcome) {
 		case policy.Forward:
 			p := r.peers[o.Decision.Peer]
 			a.Peer = &p
+			if len(r.replicas) == 0 && o.Decision.Reason != policy.ReasonResidency && o.Decision.Reason != policy.ReasonHome {
+				a.Decision.Reason = policy.ReasonNotServed // not a race the peer won: nothing here could serve it
+			}
 			a.PrefixBlocks = r.view.Peers[o.Decision.Peer].PrefixBlocks // what its digest claims
 			r.forwarding[p.Region]++
 			r.awaiting[p.Region]++

@@ -221,8 +221,8 @@ func TestAnsweredDecidesWhatAStatusMeans(t *testing.T) {
 		name    string
 		forward bool // to a peer region (else a local replica)
 		chain   request.Home
-		mayOver bool // request.StartOver
-		status  int
+		mayOver bool   // request.StartOver
+		status  int    // negative: the peer's engine answered it
 		want    string // pass, start-over, retry
 	}{
 		{"a replica's 200", false, request.Home{}, false, 200, "pass"},
@@ -233,6 +233,8 @@ func TestAnsweredDecidesWhatAStatusMeans(t *testing.T) {
 		{"a peer's 200", true, request.Home{}, false, 200, "pass"},
 		{"a peer's 429: its refusal, served here", true, request.Home{}, false, 429, "retry"},
 		{"a peer's 404: its model set", true, request.Home{}, false, 404, "retry"},
+		{"a peer's engine's 404: the engine's word on the request", true, request.Home{}, false, -404, "pass"},
+		{"a peer's engine's 503", true, request.Home{}, false, -503, "retry"},
 		{"a peer's 502", true, request.Home{}, false, 502, "retry"},
 		{"the chain's home region's 404", true, request.Home{Region: "eu-west", Replica: "x"}, false, 404, "pass"},
 		{"the chain's home region's 503", true, request.Home{Region: "eu-west", Replica: "x"}, false, 503, "retry"},
@@ -251,7 +253,11 @@ func TestAnsweredDecidesWhatAStatusMeans(t *testing.T) {
 			if a.Forwarded() != tc.forward {
 				t.Fatalf("attempt %+v: forwarded %v, want %v", a, a.Forwarded(), tc.forward)
 			}
-			next := a.Answered(t0.Add(time.Second), tc.status)
+			status, byEngine := tc.status, false
+			if status < 0 { // the answer of the engine that served the forward
+				status, byEngine = -status, true
+			}
+			next := a.Answered(t0.Add(time.Second), status, byEngine)
 			var verdict string
 			switch {
 			case next.StartOver:
@@ -268,7 +274,7 @@ func TestAnsweredDecidesWhatAStatusMeans(t *testing.T) {
 				if !rq.StartedOver {
 					t.Error("a chain that started over is not marked so")
 				}
-				if again := a.Answered(t0.Add(2*time.Second), 404); again.StartOver {
+				if again := a.Answered(t0.Add(2*time.Second), 404, true); again.StartOver {
 					t.Error("a chain started over twice")
 				}
 			}

@@ -75,6 +75,9 @@ type engineCache struct {
 	heard []heardBatch
 	// storedSinceLoss counts blocks stored since the state was lost.
 	storedSinceLoss int
+	// overflows counts the times its events claimed more blocks than its
+	// cache holds and were dropped (see overHeld).
+	overflows int
 }
 
 type heldKey struct {
@@ -273,6 +276,10 @@ func (r *pool) engineStored(rp *replica, rank int, e *kvevents.Event) {
 			ec.onGPU[h]++
 		}
 	}
+	if len(ec.held) > r.heldCap(rp) {
+		r.overHeld(rp)
+		return
+	}
 	if !gpu(medium) || len(e.Hashes) == 0 {
 		return
 	}
@@ -288,6 +295,38 @@ func (r *pool) engineStored(rp *replica, rank int, e *kvevents.Event) {
 		return
 	}
 	assign(ec, ch, e)
+}
+
+// heldCapFactor is how many entries a replica's event state may hold per
+// engine block of its cache: its blocks on every rank of a tensor-parallel
+// engine and on an offload medium, with room to spare. minHeldCap is the
+// least, for a replica whose cache is not known yet.
+const (
+	heldCapFactor = 4
+	minHeldCap    = 1 << 14
+	// engineBlockTokens is vLLM's default block size, the unit KV events
+	// count blocks in.
+	engineBlockTokens = 16
+)
+
+// heldCap bounds rp's event state: no engine holds more blocks than its
+// cache (capacityTokens), so events that claim more are not its cache's.
+func (r *pool) heldCap(rp *replica) int {
+	return max(minHeldCap, heldCapFactor*r.capacityTokens(rp)/engineBlockTokens)
+}
+
+// overHeld drops rp's event state when its events claim more blocks than
+// its cache holds — an engine (or whoever reaches its event port)
+// publishing blocks it never stored: without this bound each such block
+// stays in memory for good. Its index rests on belief, bounded by its
+// cache, until a cache's worth of stores rebuilds it, as after a loss.
+func (r *pool) overHeld(rp *replica) {
+	ec := &rp.engine
+	ec.overflows++
+	r.EngineEventsLost(rp)
+	clear(ec.held)
+	clear(ec.onGPU)
+	ec.held, ec.onGPU = map[heldKey]int{}, map[uint64]int{} // a cleared map keeps its buckets
 }
 
 // maxOrphans bounds the unattributed runs kept per replica.
@@ -484,5 +523,9 @@ func gpu(medium string) bool { return medium == "" || medium == "GPU" || medium 
 
 // String describes rp's cache source, for the debug endpoint.
 func (ec *engineCache) String() string {
-	return fmt.Sprintf("%s (%d engine blocks held, %d mapped, %d prompts awaiting their stores)", ec.source, len(ec.held), len(ec.owners), len(ec.pending))
+	s := fmt.Sprintf("%s (%d engine blocks held, %d mapped, %d prompts awaiting their stores)", ec.source, len(ec.held), len(ec.owners), len(ec.pending))
+	if ec.overflows > 0 {
+		s += fmt.Sprintf("; its events claimed more blocks than its cache holds %d times and were dropped", ec.overflows)
+	}
+	return s
 }

@@ -1,6 +1,8 @@
 package region
 
 import (
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -224,5 +226,44 @@ func TestTwoNodesOfARegionHoldTheSameIndex(t *testing.T) {
 		hear(t2.Add(time.Second), removed(106))
 		pump(t2.Add(2 * time.Second))
 		check("q's last block evicted", 1, 2)
+	}
+}
+
+// TestAKVEventFloodIsBounded: an engine (or whoever reaches its event
+// port) that publishes valid BlockStored events for blocks it never held —
+// 400 batches of 100 runs of 16 blocks, twenty times its cache — cannot
+// grow the replica's event state past its bound (a few times its 2,000
+// blocks), nor the heap by more than 64 MB; its index falls back to
+// belief meanwhile and the debug view says why.
+func TestAKVEventFloodIsBounded(t *testing.T) {
+	r, _ := newTestRegion(t, 1)
+	rp := r.Replicas()[0]
+	r.Scraped(rp, Metrics{Known: true, KVBlocks: 2000, BlockSize: 16})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	next := uint64(1 << 40)
+	batch := make([]kvevents.Event, 100)
+	for range 400 {
+		for i := range batch {
+			hashes := make([]uint64, 16)
+			for j := range hashes {
+				hashes[j] = next
+				next++
+			}
+			batch[i] = kvevents.Event{Kind: kvevents.Stored, Hashes: hashes, BlockSize: 16, Tokens: 256, Medium: "GPU"}
+		}
+		r.EngineEvents(t0, rp, 0, batch)
+		if n := len(rp.engine.held); n > r.heldCap(rp) {
+			t.Fatalf("%d entries held for a replica of 2,000 blocks, over its bound %d", n, r.heldCap(rp))
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<20 {
+		t.Errorf("the heap grew %d MB under the flood, want at most 64", grew>>20)
+	}
+	if rp.engine.overflows == 0 || !strings.Contains(rp.engine.String(), "more blocks than its cache holds") {
+		t.Errorf("the flood was not noticed: %s", rp.engine.String())
 	}
 }

@@ -115,7 +115,10 @@ func (r *pool) peerEnded(now time.Time, peer string, how Outcome) string {
 	switch how {
 	case Served:
 		t.failures, t.ejections, t.proven = 0, 0, true
-	case ReplicaFailed, BrokeMidStream:
+	case ReplicaFailed, BrokeMidStream, TimedOut:
+		// TimedOut: no first byte in time. A peer that swallows forwards
+		// fails them all this way; counted like any failure, it is
+		// distrusted after EjectAfter of them (it was never, before).
 		t.failures++
 		if t.failures >= r.cfg.EjectAfter || t.ejections > 0 && !t.proven {
 			return r.distrust(now, t, fmt.Sprintf("%d forwards in a row failed", t.failures))

@@ -37,6 +37,22 @@ func offer(t *testing.T, r *pool, got *[]*Attempt, id string, now time.Time) *At
 	return nil
 }
 
+// firstForwards offers six requests at once to a peer that has delivered
+// nothing and returns those forwarded: EjectAfter of them.
+func firstForwards(t *testing.T, r *pool, got *[]*Attempt, prefix string) []*Attempt {
+	t.Helper()
+	var sent []*Attempt
+	for i := range 6 {
+		if a := offer(t, r, got, fmt.Sprint(prefix, i), t0); a != nil {
+			sent = append(sent, a)
+		}
+	}
+	if len(sent) != r.cfg.EjectAfter {
+		t.Fatalf("%d forwards at once to a peer that has delivered nothing, want %d", len(sent), r.cfg.EjectAfter)
+	}
+	return sent
+}
+
 func gateOf(r *pool) (bool, string) {
 	p := r.View(req("probe", 1)).Peers[0]
 	return p.GateOpen, p.GateReason
@@ -49,15 +65,7 @@ func gateOf(r *pool) (bool, string) {
 // as long; a served forward restores it.
 func TestAPeerIsTrustedByWhatItDelivers(t *testing.T) {
 	r, got, told := trustRegion(t)
-	var sent []*Attempt
-	for i := range 6 {
-		if a := offer(t, r, got, fmt.Sprint("burst", i), t0); a != nil {
-			sent = append(sent, a)
-		}
-	}
-	if len(sent) != r.cfg.EjectAfter {
-		t.Fatalf("%d forwards at once to a peer that has delivered nothing, want %d", len(sent), r.cfg.EjectAfter)
-	}
+	sent := firstForwards(t, r, got, "burst")
 	if open, why := gateOf(r); open || !strings.Contains(why, "unproven") {
 		t.Errorf("with %d forwards awaiting a first token: gate open %v (%q), want closed as unproven", len(sent), open, why)
 	}
@@ -101,6 +109,30 @@ func TestAPeerIsTrustedByWhatItDelivers(t *testing.T) {
 	}
 	if n != 6 {
 		t.Errorf("a peer that delivered took %d of 6 forwards at once, want all", n)
+	}
+}
+
+// TestAPeerThatSwallowsForwardsIsDistrusted: a member that advertises idle
+// capacity and never answers lets every forward run out its first-byte
+// timeout (TimedOut): the third in a row distrusts it, the driver is told
+// once, and no forward goes there during its probation.
+func TestAPeerThatSwallowsForwardsIsDistrusted(t *testing.T) {
+	r, got, told := trustRegion(t)
+	sent := firstForwards(t, r, got, "swallowed")
+	cut := t0.Add(5 * time.Second) // each cut at its first-byte timeout
+	for i, a := range sent {
+		a.End(cut, TimedOut)
+		if i < len(sent)-1 && len(*told) != 0 {
+			t.Fatalf("distrusted after %d timeouts, want %d", i+1, len(sent))
+		}
+	}
+	if len(*told) != 1 || !strings.Contains((*told)[0], "eu-west: 3 forwards in a row failed") {
+		t.Fatalf("told %q, want eu-west distrusted once, after its third first-byte timeout", *told)
+	}
+	for i := range 3 {
+		if a := offer(t, r, got, fmt.Sprint("during-probation", i), cut.Add(time.Second)); a != nil {
+			t.Errorf("forward %d went to the distrusted peer during its probation", i)
+		}
 	}
 }
 

@@ -88,6 +88,10 @@ type Request struct {
 	// Tenant groups requests for fair queuing (from a configurable header;
 	// "" is one shared flow).
 	Tenant string
+	// Owner is who what the request stores (a Responses chain) belongs to:
+	// an authenticated identity (a trusted tenant header, an API key's
+	// hash), "" for none.
+	Owner string
 	// Wait: the client asked to be held rather than refused when the
 	// request cannot start within its objective (X-SkyWalker-Wait,
 	// metadata.wait).

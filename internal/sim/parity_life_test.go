@@ -145,7 +145,7 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 	rp := sd.replica
 	p.step(time.Millisecond)
 	sink{rp: rp}.FirstToken(sd.seq, p.now())
-	if _, n, _ := p.router.Answered(ctx, proxyAttempt["d"], 200, true); n != (region.Next{}) { // its first byte, as the relay hears it
+	if _, n, _ := p.router.Answered(ctx, proxyAttempt["d"], 200, true, true); n != (region.Next{}) { // its first byte, as the relay hears it
 		t.Fatalf("proxy: d's 200 gave %+v, want it passed on", n)
 	}
 	var lost []string
@@ -187,7 +187,7 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 		t.Fatalf("the script needs f forwarded: %s", target(proxyAttempt["f"]))
 	}
 	p.step(time.Millisecond)
-	next, n, err := p.router.Answered(ctx, proxyAttempt["f"], 429, true)
+	next, n, err := p.router.Answered(ctx, proxyAttempt["f"], 429, false, true)
 	if err != nil || !n.Retry {
 		t.Fatalf("proxy: a peer's 429 gave %+v (%v), want the forward failed and f routed again", n, err)
 	}
@@ -222,10 +222,10 @@ func TestProxyAndSimulatorLiveARequestAlike(t *testing.T) {
 		t.Fatalf("proxy: the chain's turn went to %s (%v), want its home %s", target(o.Attempt), err, home.name)
 	}
 	proxyAttempt["g"] = o.Attempt
-	if _, n, _ := p.router.Answered(ctx, o.Attempt, 404, true); !n.StartOver {
+	if _, n, _ := p.router.Answered(ctx, o.Attempt, 404, true, true); !n.StartOver {
 		t.Fatalf("proxy: the home's 404 gave %+v, want the chain started over", n)
 	}
-	if _, n, _ := p.router.Answered(ctx, o.Attempt, 200, false); n != (region.Next{}) {
+	if _, n, _ := p.router.Answered(ctx, o.Attempt, 200, true, false); n != (region.Next{}) {
 		t.Fatalf("proxy: the started-over chain's 200 gave %+v, want it passed on", n)
 	}
 	sg := &simRequest{req: chain, client: 0, ingress: 0, at: -1, forwardedTo: -1, arrival: p.w.now, firstToken: -1}

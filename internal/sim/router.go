@@ -287,7 +287,7 @@ func (r *router) reachEngine(sr *simRequest) {
 	if r.w.chains.lostAt(req, rp) {
 		// The engine answers 404: the core says whether the chain starts
 		// over here (region.Attempt.Answered) or the client gets the 404.
-		if next := sr.attempt.Answered(r.now(), 404); !next.StartOver {
+		if next := sr.attempt.Answered(r.now(), 404, true); !next.StartOver {
 			r.end(sr, region.Released)
 			r.w.drop(sr, string(apierr.PreviousResponseNotFound))
 			return

@@ -432,7 +432,7 @@ func (w *world) forwardFailed(sr *simRequest, r *router, err *apierr.Error) {
 	sr.forward, sr.forwardedTo = nil, -1
 	sr.req.Forwarded = false // the peer's mark: at its ingress the request is its own (the proxy's copy never had it)
 	sr.at = r.idx
-	next := a.Answered(r.now(), err.Status())
+	next := a.Answered(r.now(), err.Status(), false) // the peer proxy's own refusal
 	r.scheduleExpire()
 	if next == (region.Next{}) { // the answer goes to the client: the attempt ends with it
 		a.End(r.now(), region.Released)

@@ -230,7 +230,7 @@ func (resp *response) finish(status string, a admitted) {
 func (resp *response) object() map[string]any {
 	resp.mu.Lock()
 	defer resp.mu.Unlock()
-	var output []any
+	output := []any{} // never null: the official SDKs iterate it (a queued response's is empty)
 	if len(resp.text) > 0 || resp.status == "completed" || resp.status == "incomplete" {
 		output = append(output, resp.message("completed"))
 	}
