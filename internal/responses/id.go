@@ -4,14 +4,15 @@
 // so a chain must go back there, from whatever region the client enters.
 // SkyWalker writes where that is into the response id the client sees
 // (Codec): the region and the replica, the tenant it belongs to, the
-// engine's own id, signed with the mesh's key. Any proxy of any region
+// engine's own id, sealed (encrypted and authenticated) with the mesh's
+// key, so that the client can neither read nor forge them. Any proxy of any region
 // reads it back — no table to replicate, nothing lost when a proxy
 // restarts — and the engine's ids are rewritten both ways (Rewriter).
 //
 // Failure cases, and why the id rather than a shared table: a proxy that
 // restarts, or a region that loses every proxy, loses nothing (the id
 // carries the home); a client that forges or edits an id fails the
-// signature (with a key configured); the home replica gone or restarted
+// seal (with a key configured); the home replica gone or restarted
 // (its engine forgot the response) is a clear previous_response_not_found,
 // which a shared table could only say the same way. What the id cannot
 // survive is the home replica's engine restarting: the state is in its
@@ -19,7 +20,10 @@
 package responses
 
 import (
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -39,8 +43,12 @@ const Prefix = "resp_sw"
 const macBytes = 12
 
 const (
-	idVersion  = 1
+	idVersion  = 1 // readable fields, signed with a key (or not, without one)
 	flagSigned = 1 << 0
+	// sealedVersion: the fields encrypted and authenticated (AES-GCM)
+	// under the primary key: opaque to the client, who cannot read the
+	// replica's address or the engine's sequential id in it.
+	sealedVersion = 2
 )
 
 // Errors of Decode, wrapped with the reason.
@@ -83,21 +91,34 @@ func tenantTag(tenant string) uint64 {
 const maxField = 255
 
 // Encode is the id the client sees for the engine's response engineID,
-// created on home for tenant.
+// created on home for tenant: sealed under the primary key (opaque), or,
+// without keys (one region, no mesh), readable and unsigned.
 func (c Codec) Encode(home request.Home, tenant, engineID string) string {
-	b := []byte{idVersion, 0}
-	if len(c.keys) > 0 {
-		b[1] = flagSigned
-	}
+	var fields []byte
 	for _, s := range []string{home.Region, home.Replica} {
-		b = appendField(b, s)
+		fields = appendField(fields, s)
 	}
-	b = binary.LittleEndian.AppendUint64(b, tenantTag(tenant))
-	b = appendField(b, engineID)
-	if len(c.keys) > 0 {
-		b = append(b, mac(c.keys[0], b)...)
+	fields = binary.LittleEndian.AppendUint64(fields, tenantTag(tenant))
+	fields = appendField(fields, engineID)
+	if len(c.keys) == 0 {
+		return Prefix + base64.RawURLEncoding.EncodeToString(append([]byte{idVersion, 0}, fields...))
 	}
+	aead := sealer(c.keys[0])
+	b := make([]byte, 2+aead.NonceSize(), 2+aead.NonceSize()+len(fields)+aead.Overhead())
+	b[0] = sealedVersion
+	if _, err := rand.Read(b[2:]); err != nil {
+		panic("responses: no randomness for an id's nonce: " + err.Error()) // crypto/rand does not fail on supported systems
+	}
+	b = aead.Seal(b, b[2:], fields, b[:2])
 	return Prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// sealer is the AEAD of key (AES-GCM; a 16-, 24- or 32-byte key).
+func sealer(key []byte) cipher.AEAD {
+	sum := sha256.Sum256(append([]byte("skywalker-response-id-seal\x00"), key...))
+	block, _ := aes.NewCipher(sum[:]) // a 32-byte key: no error
+	aead, _ := cipher.NewGCM(block)   // the standard nonce size: no error
+	return aead
 }
 
 func appendField(b []byte, s string) []byte {
@@ -123,6 +144,9 @@ func (c Codec) Decode(id string) (Ref, error) {
 	if err != nil {
 		return Ref{}, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
+	if len(b) >= 2 && b[0] == sealedVersion && b[1] == 0 {
+		return c.open(b)
+	}
 	if len(b) < 2 || b[0] != idVersion || b[1]&^flagSigned != 0 {
 		return Ref{}, fmt.Errorf("%w: unknown version or flags", ErrMalformed)
 	}
@@ -134,8 +158,47 @@ func (c Codec) Decode(id string) (Ref, error) {
 		}
 		body = b[:len(b)-macBytes]
 	}
+	ref, err := readFields(body[2:])
+	if err != nil {
+		return Ref{}, err
+	}
+	switch {
+	case len(c.keys) == 0:
+		return ref, nil // no key to check it with: one region, no mesh
+	case !signed:
+		return Ref{}, fmt.Errorf("%w: the id is not signed", ErrForged)
+	}
+	for _, k := range c.keys {
+		if hmac.Equal(mac(k, body), b[len(body):]) {
+			return ref, nil // an id of the previous release, signed, readable
+		}
+	}
+	return Ref{}, ErrForged
+}
+
+// open reads a sealed id, b decoded: each listed key is tried (rotation
+// keeps old ids valid while their key is listed).
+func (c Codec) open(b []byte) (Ref, error) {
+	if len(c.keys) == 0 {
+		return Ref{}, fmt.Errorf("%w: a sealed id, and no key to open it", ErrForged)
+	}
+	for _, k := range c.keys {
+		aead := sealer(k)
+		if len(b) < 2+aead.NonceSize()+aead.Overhead() {
+			return Ref{}, fmt.Errorf("%w: too short for its seal", ErrMalformed)
+		}
+		fields, err := aead.Open(nil, b[2:2+aead.NonceSize()], b[2+aead.NonceSize():], b[:2])
+		if err == nil {
+			return readFields(fields)
+		}
+	}
+	return Ref{}, ErrForged
+}
+
+// readFields reads an id's fields: region, replica, tenant tag, engine id.
+func readFields(body []byte) (Ref, error) {
 	var ref Ref
-	off := 2
+	off := 0
 	field := func() (string, bool) {
 		if off >= len(body) || int(body[off]) > len(body)-off-1 {
 			return "", false
@@ -157,16 +220,5 @@ func (c Codec) Decode(id string) (Ref, error) {
 	if !okE || off != len(body) || ref.Home.Replica == "" || ref.EngineID == "" {
 		return Ref{}, fmt.Errorf("%w: truncated, or trailing bytes", ErrMalformed)
 	}
-	switch {
-	case len(c.keys) == 0:
-		return ref, nil // no key to check it with: one region, no mesh
-	case !signed:
-		return Ref{}, fmt.Errorf("%w: the id is not signed", ErrForged)
-	}
-	for _, k := range c.keys {
-		if hmac.Equal(mac(k, body), b[len(body):]) {
-			return ref, nil
-		}
-	}
-	return Ref{}, ErrForged
+	return ref, nil
 }

@@ -1,6 +1,9 @@
 package responses
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"io"
 	"strings"
@@ -57,6 +60,39 @@ func TestIDsCarryTheirHome(t *testing.T) {
 		if _, err := c.Decode(bad.id); err == nil || bad.want != nil && !errors.Is(err, bad.want) {
 			t.Errorf("%q: %v, want %v", bad.id, err, bad.want)
 		}
+	}
+}
+
+// TestIDsAreOpaque: with a key, an id reveals neither the replica's
+// address nor the engine's id (it is sealed, and two ids of one response
+// differ); an id the previous release signed (readable) still reads.
+func TestIDsAreOpaque(t *testing.T) {
+	key := []byte("0123456789abcdef")
+	c := NewCodec([][]byte{key})
+	id := c.Encode(home, "acme", "resp_9f2c41e0b7d84a5c")
+	raw, err := base64.RawURLEncoding.DecodeString(strings.TrimPrefix(id, Prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, secret := range []string{home.Replica, home.Region, "resp_9f2c41e0b7d84a5c", "9f2c41e0b7d84a5c"} {
+		if bytes.Contains(raw, []byte(secret)) || strings.Contains(id, secret) {
+			t.Errorf("id %q reveals %q", id, secret)
+		}
+	}
+	if again := c.Encode(home, "acme", "resp_9f2c41e0b7d84a5c"); again == id {
+		t.Error("two ids of one response are equal: the seal's nonce repeats")
+	}
+	// The previous release's id: version 1, signed, readable.
+	fields := appendField(appendField(nil, home.Region), home.Replica)
+	fields = binary.LittleEndian.AppendUint64(fields, tenantTag("acme"))
+	fields = appendField(fields, "resp_old")
+	v1 := append([]byte{idVersion, flagSigned}, fields...)
+	v1 = append(v1, mac(key, v1)...)
+	if ref, err := c.Decode(Prefix + base64.RawURLEncoding.EncodeToString(v1)); err != nil || ref.EngineID != "resp_old" || !ref.OwnedBy("acme") {
+		t.Errorf("an id of the previous release: %+v %v", ref, err)
+	}
+	if _, err := NewCodec(nil).Decode(id); !errors.Is(err, ErrForged) {
+		t.Errorf("a sealed id without a key to open it: %v, want refused", err)
 	}
 }
 
