@@ -56,7 +56,7 @@ func Follow(ctx context.Context, src Source, sink Sink) error {
 	if err := sub.SetOption(zmq4.OptionSubscribe, src.Topic); err != nil {
 		return fmt.Errorf("kv events %s: subscribe: %w", src.Endpoint, err)
 	}
-	if err := sub.Dial(src.Endpoint); err != nil {
+	if err := sub.Dial(guardedEndpoint(src.Endpoint)); err != nil {
 		return fmt.Errorf("kv events %s: %w", src.Endpoint, err)
 	}
 	f := follower{src: src, sink: sink, next: -1}
@@ -154,7 +154,7 @@ func replay(ctx context.Context, endpoint string, from int64) ([]replayed, error
 	id := zmq4.SocketIdentity(fmt.Sprintf("skywalker-replay-%d", dealerIDs.Add(1)))
 	d := zmq4.NewDealer(ctx, zmq4.WithID(id), zmq4.WithTimeout(ReplayTimeout))
 	defer d.Close()
-	if err := d.Dial(endpoint); err != nil {
+	if err := d.Dial(guardedEndpoint(endpoint)); err != nil {
 		return nil, err
 	}
 	if err := d.Send(zmq4.NewMsgFrom(nil, seqBytes(from))); err != nil {
