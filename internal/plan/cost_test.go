@@ -173,4 +173,20 @@ func TestReplayRentsOnlyInTheirHours(t *testing.T) {
 	if len(spec.Faults) > 4 {
 		t.Errorf("%d faults: want at most two runs per rented replica", len(spec.Faults))
 	}
+	// A region the plan holds nothing in keeps its router, its one
+	// replica down all day.
+	cp.Regions[1].Reserved = 0
+	if spec, err = Replay(s, cp); err != nil {
+		t.Fatal(err)
+	}
+	if spec.Regions[1].Replicas != 1 || !running(0, 0) {
+		t.Fatalf("a region without replicas in the plan: %d replicas", spec.Regions[1].Replicas)
+	}
+	down := false
+	for _, f := range spec.Faults {
+		down = down || f.Region == s.Regions[1].Name && f.At == 0 && f.Duration > s.Workload.Duration
+	}
+	if !down {
+		t.Errorf("a region without replicas in the plan: its replica is not down all day: %+v", spec.Faults)
+	}
 }

@@ -145,7 +145,12 @@ func Replay(s *sim.Scenario, cp *CostPlan) (*sim.Scenario, error) {
 		}
 		r.Replicas = rc.Reserved + rented
 		if r.Replicas == 0 {
-			return nil, fmt.Errorf("plan: replay: region %s has no replica in the plan (the simulator needs one; its demand goes elsewhere)", r.Name)
+			// The plan holds nothing here: the region's router stays, its
+			// one replica down all day, and its demand goes where the plan
+			// serves it.
+			r.Replicas = 1
+			out.Faults = append(out.Faults, sim.ScenarioFault{Kind: string(sim.ReplicaCrash), Duration: max(s.Workload.Duration, day) + day, Region: r.Name})
+			continue
 		}
 		// Rented replica k runs in the slots that rent more than k: it is
 		// down through each run of the others, one fault per run.
