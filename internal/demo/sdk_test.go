@@ -111,15 +111,17 @@ func TestABackgroundResponseThroughTheDemo(t *testing.T) {
 	}
 	checkOutputIsAList(created.RawJSON())
 	var got *responses.Response
-	testwait.Eventually(t, 60*time.Second, "the background response completes", func() (bool, string) {
+	testwait.Eventually(t, 60*time.Second, "the background response ends", func() (bool, string) {
 		got, err = oai.Responses.Get(ctx, created.ID, responses.ResponseGetParams{})
 		if err != nil {
 			return false, err.Error()
 		}
 		checkOutputIsAList(got.RawJSON())
-		return got.Status == responses.ResponseStatusCompleted, string(got.Status)
+		return got.Status != responses.ResponseStatusQueued && got.Status != responses.ResponseStatusInProgress, string(got.Status)
 	})
-	if got.OutputText() == "" || got.Usage.OutputTokens != 64 {
-		t.Errorf("completed with %q and %d output tokens, want 64", got.OutputText(), got.Usage.OutputTokens)
+	// 64 tokens of a story: it ends at max_output_tokens, incomplete (as
+	// vLLM and OpenAI say it), or completed.
+	if got.Status != responses.ResponseStatusIncomplete && got.Status != responses.ResponseStatusCompleted || got.OutputText() == "" || got.Usage.OutputTokens != 64 {
+		t.Errorf("ended %q with %q and %d output tokens, want 64", got.Status, got.OutputText(), got.Usage.OutputTokens)
 	}
 }
