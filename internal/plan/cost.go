@@ -300,16 +300,21 @@ type costSolution struct {
 	onDemand, spot map[int][]float64
 }
 
+// flowTieBreak is what one request/s carried over one second of RTT
+// costs in the cost LP, in dollars: small against any GPU-hour, so it only
+// chooses among plans of equal price — the one that serves demand nearest
+// where it arises (without it, equal prices let the LP pile a whole
+// fleet's reservation into one region, which the simulator shows misses
+// the SLO).
+const flowTieBreak = 1e-6
+
 // costLP is the cost linear program over the given hours, with the
 // reserved replicas free (fixed nil) or fixed per region.
 //
-// Demand is grouped by where it may be served: in each hour, the demand
-// of every region and class whose set of serving regions is the same is
-// one commodity (flows are fungible within the set), and a commodity one
-// region alone may serve (residency, most often) is no flow at all but
-// load on that region's capacity. The plan reports money, not flows, so
-// nothing is lost; the LP is a fraction of the size of one flow per
-// origin and class.
+// Demand that one region alone may serve (residency, most often) is no
+// flow at all but load on that region's capacity; the rest is one
+// commodity per hour and origin (its classes merged when they may be
+// served in the same regions).
 //
 // Variables: x_j, reserved replicas of region j (paid every hour of the
 // day); for every hour h: y_hj on-demand and z_hj spot replicas where
@@ -318,7 +323,8 @@ type costSolution struct {
 // flows sum to its demand; for every (h, j),
 // Σ flows into j + s_hj − cap_j·(x_j + y_hj + (1 − preemption)·z_hj) = −(demand only j may serve);
 // x_j = 0 where the region holds no replicas, x_j = fixed_j when fixed.
-// Objective: Σ 24·reserved_j·x_j + Σ on-demand_j·y_hj + spot_j·z_hj.
+// Objective: Σ 24·reserved_j·x_j + Σ on-demand_j·y_hj + spot_j·z_hj, and
+// the tie-break on RTT-weighted flows.
 func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 	R := len(in.Regions)
 	col := R // x_j first
@@ -349,14 +355,14 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 		}
 	}
 	type commodity struct {
-		h       int
-		servers []int
-		demand  float64
+		h, origin int
+		servers   []int
+		demand    float64
 	}
 	var goods []commodity
 	only := map[[2]int]float64{} // (hour index, region): demand only it may serve
 	for k, h := range hours {
-		byServers := map[string]int{}
+		byKey := map[string]int{}
 		for i := range R {
 			for class := range 2 {
 				d := in.servable(i, h, class == 1)
@@ -366,12 +372,12 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 				case len(set) == 1:
 					only[[2]int{k, set[0]}] += d
 				default:
-					key := fmt.Sprint(set)
-					g, ok := byServers[key]
+					key := fmt.Sprint(i, set)
+					g, ok := byKey[key]
 					if !ok {
 						g = len(goods)
-						byServers[key] = g
-						goods = append(goods, commodity{h: k, servers: set})
+						byKey[key] = g
+						goods = append(goods, commodity{h: k, origin: i, servers: set})
 					}
 					goods[g].demand += d
 				}
@@ -407,6 +413,9 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 	for fi, f := range fvars {
 		A.Set(f.good, flowCol+fi, 1)
 		A.Set(capRow+goods[f.good].h*R+f.j, flowCol+fi, 1)
+		if o := goods[f.good].origin; o != f.j {
+			c[flowCol+fi] = flowTieBreak * in.rtt(o, f.j)
+		}
 	}
 	for k := range hours {
 		for j := range R {

@@ -190,3 +190,26 @@ func TestReplayRentsOnlyInTheirHours(t *testing.T) {
 		t.Errorf("a region without replicas in the plan: its replica is not down all day: %+v", spec.Faults)
 	}
 }
+
+// Three equal regions, peaks eight hours apart, one price: the plan's
+// reservation follows the demand (serving it near where it arises), not
+// one region holding the fleet — every placement of equal price costs the
+// same, and the simulator shows the piled-up one missing the SLO.
+func TestEqualPricesReserveNearTheDemand(t *testing.T) {
+	in := Input{Capacity: 1, MaxWANRTT: time.Second, RTT: map[[2]string]time.Duration{}}
+	for i, name := range []string{"a", "b", "c"} {
+		in.Regions = append(in.Regions, Region{Name: name, Demand: raised(10, 0.3, 8*i), Price: priceAt(1, 1.6)})
+	}
+	in.RTT[[2]string{"a", "b"}], in.RTT[[2]string{"a", "c"}], in.RTT[[2]string{"b", "c"}] = 70*time.Millisecond, 150*time.Millisecond, 90*time.Millisecond
+	cp, err := PlanCost(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	least, most := cp.Regions[0].Reserved, cp.Regions[0].Reserved
+	for _, r := range cp.Regions {
+		least, most = min(least, r.Reserved), max(most, r.Reserved)
+	}
+	if most-least > 2 {
+		t.Errorf("reserved %d / %d / %d for three equal regions: want it spread with the demand", cp.Regions[0].Reserved, cp.Regions[1].Reserved, cp.Regions[2].Reserved)
+	}
+}
