@@ -23,7 +23,6 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
@@ -104,11 +103,12 @@ func (c Codec) Encode(home request.Home, tenant, engineID string) string {
 		return Prefix + base64.RawURLEncoding.EncodeToString(append([]byte{idVersion, 0}, fields...))
 	}
 	aead := sealer(c.keys[0])
-	b := make([]byte, 2+aead.NonceSize(), 2+aead.NonceSize()+len(fields)+aead.Overhead())
+	b := make([]byte, 2, 2+aead.NonceSize()+len(fields)+aead.Overhead())
 	b[0] = sealedVersion
-	if _, err := rand.Read(b[2:]); err != nil {
-		panic("responses: no randomness for an id's nonce: " + err.Error()) // crypto/rand does not fail on supported systems
-	}
+	// The nonce is a MAC of the fields (a synthetic IV): one response has
+	// one id, however often its id is written (its creation, each GET,
+	// each event of a stream), and different fields never share a nonce.
+	b = append(b, mac(c.keys[0], append([]byte("nonce\x00"), fields...))[:aead.NonceSize()]...)
 	b = aead.Seal(b, b[2:], fields, b[:2])
 	return Prefix + base64.RawURLEncoding.EncodeToString(b)
 }

@@ -64,8 +64,8 @@ func TestIDsCarryTheirHome(t *testing.T) {
 }
 
 // TestIDsAreOpaque: with a key, an id reveals neither the replica's
-// address nor the engine's id (it is sealed, and two ids of one response
-// differ); an id the previous release signed (readable) still reads.
+// address nor the engine's id (it is sealed); one response always has the
+// same id; an id the previous release signed (readable) still reads.
 func TestIDsAreOpaque(t *testing.T) {
 	key := []byte("0123456789abcdef")
 	c := NewCodec([][]byte{key})
@@ -79,8 +79,11 @@ func TestIDsAreOpaque(t *testing.T) {
 			t.Errorf("id %q reveals %q", id, secret)
 		}
 	}
-	if again := c.Encode(home, "acme", "resp_9f2c41e0b7d84a5c"); again == id {
-		t.Error("two ids of one response are equal: the seal's nonce repeats")
+	if again := c.Encode(home, "acme", "resp_9f2c41e0b7d84a5c"); again != id {
+		t.Errorf("one response, two ids (%q, %q): a client could not match a GET's answer to its creation", id, again)
+	}
+	if other := c.Encode(home, "acme", "resp_9f2c41e0b7d84a5d"); other[:len(Prefix)+16] == id[:len(Prefix)+16] {
+		t.Error("two responses share a nonce")
 	}
 	// The previous release's id: version 1, signed, readable.
 	fields := appendField(appendField(nil, home.Region), home.Replica)
