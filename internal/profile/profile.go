@@ -145,3 +145,19 @@ func (p *Profile) StepTime(prefillTokens, decodeSeqs, decodeKVTokens int, prefil
 // DecodeStep is the time per output token of one request at a light batch:
 // decode is memory-bound there, one iteration's memory time.
 func (p *Profile) DecodeStep() time.Duration { return p.StepOverhead }
+
+// Slowed is p on engines factor times slower than it says in every step
+// (a CPU llama.cpp server behind an L4 profile, a throttled or shared
+// GPU): what the simulator runs when a scenario's engines are not what
+// their routers believe (sim.RegionSpec.EngineSlowdown). A factor of 1 or
+// less returns p.
+func (p Profile) Slowed(factor float64) Profile {
+	if factor <= 1 {
+		return p
+	}
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * factor) }
+	p.StepOverhead, p.PrefillPerToken, p.DecodePerSeq, p.QueuePerToken = scale(p.StepOverhead), scale(p.PrefillPerToken), scale(p.DecodePerSeq), scale(p.QueuePerToken)
+	p.AttendPerKVToken *= factor
+	p.AttendPerPair *= factor
+	return p
+}

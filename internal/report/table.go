@@ -69,6 +69,10 @@ var optional = []struct {
 		return fmt.Sprint(r.Drops["previous_response_not_found"] + r.ChainsRestarted)
 	}},
 		func(r *results.Result) bool { return r.ChainTurns > 0 }},
+	{column{"forwards timed out", func(r *results.Result) string { return fmt.Sprint(r.ForwardTimeouts) }}, func(r *results.Result) bool { return r.ForwardTimeouts > 0 }},
+	{column{"forwards wasted", func(r *results.Result) string {
+		return fmt.Sprintf("%d (%.0f engine-s)", r.ForwardsWasted, r.WastedEngineSeconds)
+	}}, func(r *results.Result) bool { return r.ForwardsWasted > 0 }},
 	{column{"chains started over", func(r *results.Result) string { return fmt.Sprint(r.ChainsStartedOver) }}, func(r *results.Result) bool { return r.ChainsStartedOver > 0 }},
 }
 

@@ -103,6 +103,16 @@ type Result struct {
 	// FirstTokenTimeouts is how many dispatches waited past their learned
 	// first-token timeout and were routed again (simulator only).
 	FirstTokenTimeouts int64 `json:"first_token_timeouts,omitempty"`
+	// ForwardTimeouts is how many forwards waited past their first-token
+	// timeout at their ingress and were routed again there;
+	// ForwardsWasted how many forwards were withdrawn (timed out, or their
+	// client left) after the peer's engine had begun them, and
+	// WastedEngineSeconds the engine time they had taken there: work the
+	// peers computed for nobody (simulator only; the proxy counts
+	// skywalker_forward_wasted_total).
+	ForwardTimeouts     int64   `json:"forward_timeouts,omitempty"`
+	ForwardsWasted      int64   `json:"forwards_wasted,omitempty"`
+	WastedEngineSeconds float64 `json:"wasted_engine_seconds,omitempty"`
 
 	Makespan float64 `json:"makespan_s"`
 	Events   int64   `json:"events,omitempty"`

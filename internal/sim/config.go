@@ -30,6 +30,12 @@ type RegionSpec struct {
 	// Profile, MaxNumSeqs and KVBlocks above are not used: a fleet of
 	// several models. Empty: one pool of the unnamed model "".
 	Pools []PoolSpec
+	// EngineSlowdown, if over 1, makes the region's engines this many
+	// times slower than their profile in every step, while its routers
+	// (and every peer) believe the profile: engines that are not what
+	// the operator said (a CPU server behind a GPU profile), which the
+	// routers learn only from first tokens.
+	EngineSlowdown float64
 	// Proxies is how many proxies front the region's engines, each its
 	// own router with its own region core (0: one). Clients' requests are
 	// spread over them in turn, as an L4 load balancer spreads

@@ -32,6 +32,7 @@ const (
 	evExpire                             // a held request's deadline
 	evFaultStart
 	evFaultEnd
+	evForwardCheck // a forward's first-token timeout at its ingress is read again (and may have passed)
 )
 
 // event is one entry of the simulator's queue. Fields are used per kind.

@@ -48,6 +48,7 @@ func (w *world) result() *results.Result {
 		res.PrefixRecall = results.Round(float64(foreseen)/float64(cached), 4)
 	}
 	res.FirstTokenTimeouts = w.timeouts
+	res.ForwardTimeouts, res.ForwardsWasted, res.WastedEngineSeconds = w.forwardTimeouts, w.forwardsWasted, w.wastedEngineTime.Seconds()
 	w.chains.report(res)
 	return res
 }

@@ -29,6 +29,10 @@ type simRequest struct {
 	attempt     *region.Attempt // its dispatch, while it has one
 	via         *router         // the router that dispatched it (attempt's)
 	forward     *region.Attempt // the ingress's forward of it, while it has one
+	forwardSent time.Duration   // when forward was sent
+	// forwardSawFirst: the forward's first token reached the ingress (its
+	// first-token timeout stops).
+	forwardSawFirst bool
 	// routerSawFirst: its dispatch's first token reached its router (its
 	// first-token timeout stops).
 	routerSawFirst bool
@@ -95,7 +99,7 @@ func newRouter(w *world, idx, site int, name string, sites []int, shared []*repl
 				models[ps.Model] = ps
 			}
 			for range ps.Replicas {
-				cfg := engine.Config{Profile: ps.Profile, MaxNumSeqs: ps.MaxNumSeqs, KVBlocks: ps.KVBlocks, MaxLoRAs: ps.MaxLoRAs, LoRALoad: ps.LoRALoad,
+				cfg := engine.Config{Profile: ps.Profile.Slowed(sp.EngineSlowdown), MaxNumSeqs: ps.MaxNumSeqs, KVBlocks: ps.KVBlocks, MaxLoRAs: ps.MaxLoRAs, LoRALoad: ps.LoRALoad,
 					KVEvents: w.cfg.KVEvents}
 				var rp *replica
 				if shared != nil {
@@ -209,7 +213,7 @@ func (r *router) delivered(a *region.Attempt) {
 		r.watchFirstToken(sr, a)
 		switch {
 		case rp.site != r.site:
-			r.w.push(event{at: r.w.now + r.w.oneWay(r.site, rp.site), kind: evDispatchArrive, router: int32(r.idx), req: sr})
+			r.w.push(event{at: r.w.now + r.w.oneWay(r.site, rp.site), kind: evDispatchArrive, router: int32(r.idx), req: sr, payload: a})
 		case r.w.stepping:
 			r.w.deferred = append(r.w.deferred, sr)
 		default:
@@ -217,8 +221,9 @@ func (r *router) delivered(a *region.Attempt) {
 		}
 	case a.Forwarded():
 		to := r.w.proxyOf(a.Peer.Region)
-		sr.forwardedTo, sr.at, sr.forward = to.idx, -1, a
+		sr.forwardedTo, sr.at, sr.forward, sr.forwardSent, sr.forwardSawFirst = to.idx, -1, a, r.w.now, false
 		r.w.forward(sr, r, to)
+		r.w.push(event{at: r.w.now + a.FirstTokenTimeout(), kind: evForwardCheck, router: int32(r.idx), req: sr, payload: a})
 	}
 }
 
@@ -272,6 +277,32 @@ func (r *router) checkFirstToken(sr *simRequest, a *region.Attempt) {
 	r.failed(sr, region.TimedOut)
 }
 
+// checkForward ends the forward a of sr TimedOut if its first token has
+// not reached this router, its ingress, within the forward's timeout
+// (region.Attempt.FirstTokenTimeout, read again when it is reached), as
+// the proxy cuts a forward whose first byte is overdue: the peer withdraws
+// the request at once (world.withdraw: the proxy's cut closes the
+// connection, and the peer proxy cancels its engine's request), and the
+// core routes it again here.
+func (r *router) checkForward(sr *simRequest, a *region.Attempt) {
+	if sr.forward != a || sr.forwardSawFirst || sr.gone {
+		return // answered, ended, or its client left
+	}
+	waited := r.w.now - sr.forwardSent
+	if limit := a.FirstTokenTimeout(); waited < limit {
+		r.w.push(event{at: r.w.now + limit - waited, kind: evForwardCheck, router: int32(r.idx), req: sr, payload: a})
+		return
+	}
+	r.w.forwardTimeouts++
+	r.w.withdraw(sr)
+	sr.forward, sr.forwardedTo = nil, -1
+	sr.req.Forwarded = false // the peer's mark: at its ingress the request is its own
+	sr.at = r.idx
+	next := a.End(r.now(), region.TimedOut)
+	r.scheduleExpire()
+	r.follow(sr, next)
+}
+
 // reachEngine is a dispatched request arriving at its replica.
 func (r *router) reachEngine(sr *simRequest) {
 	rp := sr.replica
@@ -280,7 +311,7 @@ func (r *router) reachEngine(sr *simRequest) {
 		return
 	}
 	if rp.down > 0 {
-		r.w.push(event{at: r.w.now + refusedAfter + r.w.oneWay(rp.site, r.site), kind: evRefused, router: int32(r.idx), req: sr})
+		r.w.push(event{at: r.w.now + refusedAfter + r.w.oneWay(rp.site, r.site), kind: evRefused, router: int32(r.idx), req: sr, payload: sr.attempt})
 		return
 	}
 	req := sr.req
@@ -338,7 +369,13 @@ func (r *router) failedBeforeFirstByte(sr *simRequest) {
 // again, or the client's error.
 func (r *router) failed(sr *simRequest, how region.Outcome) {
 	sr.at = r.idx
-	next := r.end(sr, how)
+	r.follow(sr, r.end(sr, how))
+}
+
+// follow does what the core said comes next for sr, whose attempt here
+// failed before its first token: it is routed again (the core holds it),
+// or its client gets the error.
+func (r *router) follow(sr *simRequest, next region.Next) {
 	switch {
 	case next.Retry:
 		sr.retries++

@@ -103,6 +103,10 @@ type ScenarioRegion struct {
 	// Proxies is how many proxies front the region's engines (0: one);
 	// see RegionSpec.Proxies.
 	Proxies int `yaml:"proxies"`
+	// EngineSlowdown: its engines run this many times slower than their
+	// profile, which the routers believe (0 or 1: as the profile says);
+	// see RegionSpec.EngineSlowdown.
+	EngineSlowdown float64 `yaml:"engine_slowdown"`
 }
 
 // ScenarioLink is the RTT of one pair of regions.
@@ -340,6 +344,7 @@ func (s *Scenario) validate() error {
 	}
 	for i, r := range s.Regions {
 		check(r.BelievedCacheTokens >= 0, "regions[%d].believed_cache_tokens must not be negative", i)
+		check(r.EngineSlowdown == 0 || r.EngineSlowdown >= 1 && r.EngineSlowdown <= 1000, "regions[%d].engine_slowdown must be 0 (none) or in [1, 1000], not %v", i, r.EngineSlowdown)
 	}
 	check(s.Balancer.CacheSource == "" || slices.Contains(CacheSources, s.Balancer.CacheSource), "balancer.cache_source must be one of %s, not %q", strings.Join(CacheSources, ", "), s.Balancer.CacheSource)
 	check(s.Balancer.MaxQueue >= 0 && s.Balancer.MaxWait >= 0 && s.Balancer.MaxInFlight >= 0 && s.Balancer.TenantMaxHeld >= 0,
@@ -466,7 +471,7 @@ func (s *Scenario) Build(trace string) (Config, *Workload, error) {
 	for i, r := range s.Regions {
 		idx[r.Name] = i
 		spec := RegionSpec{Name: r.Name, Replicas: r.Replicas, Jurisdiction: r.Jurisdiction,
-			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks, BelievedCacheTokens: r.BelievedCacheTokens, Proxies: r.Proxies}
+			MaxNumSeqs: r.MaxNumSeqs, KVBlocks: r.KVBlocks, BelievedCacheTokens: r.BelievedCacheTokens, Proxies: r.Proxies, EngineSlowdown: r.EngineSlowdown}
 		if len(s.Models) == 0 {
 			if spec.Profile, err = profile.Lookup(r.Profile); err != nil {
 				return Config{}, nil, err

@@ -46,11 +46,18 @@ type world struct {
 	collect         *results.Collector
 	series          *series
 	siteBusy        []time.Duration
-	sitePreemptions []int64     // of engines lost to crashes
-	timeouts        int64       // dispatches ended TimedOut
-	stopped         bool        // ended early: StopAfterMisses
-	chains          chains      // Responses chains and follow-up turns (chains.go)
-	observe         func(event) // tests: called after each event is handled
+	sitePreemptions []int64 // of engines lost to crashes
+	timeouts        int64   // dispatches ended TimedOut
+	forwardTimeouts int64   // forwards ended TimedOut at their ingress
+	// forwardsWasted is the forwards withdrawn (timed out at the ingress,
+	// or their client left) after the peer's engine had begun them, and
+	// wastedEngineTime the engine time they had run there: work peers
+	// computed for nobody.
+	forwardsWasted   int64
+	wastedEngineTime time.Duration
+	stopped          bool        // ended early: StopAfterMisses
+	chains           chains      // Responses chains and follow-up turns (chains.go)
+	observe          func(event) // tests: called after each event is handled
 }
 
 // Run simulates cfg over the arrivals of src and returns the result. span
@@ -292,21 +299,29 @@ func (w *world) handle(e event) error {
 			r.submit(e.req)
 		}
 	case evForwardArrive:
-		if !e.req.gone {
+		if !e.req.gone && e.req.forward == e.payload.(*region.Attempt) { // not cut on the way
 			e.req.req.Forwarded = true // a peer routed it here
 			r.submit(e.req)
 		}
 	case evForwardFailed:
-		w.forwardFailed(e.req, r, e.payload.(*apierr.Error))
+		if f := e.payload.(forwardRefusal); f.forward == e.req.forward { // not cut meanwhile
+			w.forwardFailed(e.req, r, f.err)
+		}
 	case evForwardDone:
 		done := e.payload.(forwardDone)
 		done.attempt.CacheReported(done.cachedTokens) // as the usage that crossed back reports it
 		done.attempt.End(r.now(), region.Served)
 		r.scheduleExpire()
 	case evDispatchArrive:
-		r.reachEngine(e.req)
+		if e.req.attempt == e.payload.(*region.Attempt) { // not withdrawn on the way
+			r.reachEngine(e.req)
+		}
 	case evRefused:
-		r.failedBeforeFirstByte(e.req)
+		if e.req.attempt == e.payload.(*region.Attempt) {
+			r.failedBeforeFirstByte(e.req)
+		}
+	case evForwardCheck:
+		r.checkForward(e.req, e.payload.(*region.Attempt))
 	case evFirstTokenCheck:
 		r.checkFirstToken(e.req, e.payload.(*region.Attempt))
 	case evStepEnd:
@@ -318,6 +333,9 @@ func (w *world) handle(e event) error {
 		a := e.payload.(*region.Attempt)
 		if a == e.req.attempt {
 			e.req.routerSawFirst = true
+		}
+		if a == e.req.forward {
+			e.req.forwardSawFirst = true
 		}
 		a.FirstToken(r.now())
 	case evClientTimeout:
@@ -403,7 +421,7 @@ func (w *world) proxyOf(region string) *router {
 // forward sends a request across the WAN to a peer router.
 func (w *world) forward(sr *simRequest, from, to *router) {
 	w.series.forward(from.site, w.now)
-	w.push(event{at: w.now + w.oneWay(from.site, to.site), kind: evForwardArrive, router: int32(to.idx), req: sr})
+	w.push(event{at: w.now + w.oneWay(from.site, to.site), kind: evForwardArrive, router: int32(to.idx), req: sr, payload: sr.forward})
 }
 
 // rejected ends a request the balancer of router at refused. A request
@@ -413,10 +431,46 @@ func (w *world) rejected(sr *simRequest, at int, err *apierr.Error) {
 	if at != sr.ingress && sr.forwardedTo == at {
 		sr.at = -1
 		w.push(event{at: w.now + w.oneWay(w.routers[at].site, w.routers[sr.ingress].site), kind: evForwardFailed,
-			router: int32(sr.ingress), req: sr, payload: err})
+			router: int32(sr.ingress), req: sr, payload: forwardRefusal{sr.forward, err}})
 		return
 	}
 	w.drop(sr, string(err.Code))
+}
+
+// forwardRefusal is a peer's refusal of the forward on its way back to
+// the ingress.
+type forwardRefusal struct {
+	forward *region.Attempt
+	err     *apierr.Error
+}
+
+// withdraw stops a forwarded request wherever it is at the peer, as the
+// peer proxy does when its client (the ingress) closes the connection: an
+// engine's sequence is aborted (its work so far was for nobody: counted
+// in forwardsWasted and wastedEngineTime), a dispatch on its way is
+// released, a held request cancelled. Its peer attempt ends Released.
+func (w *world) withdraw(sr *simRequest) {
+	switch {
+	case sr.seq != nil:
+		w.wasted(sr)
+		sr.replica.eng.Abort(sr.seq)
+		sr.via.end(sr, region.Released)
+	case sr.replica != nil:
+		sr.via.end(sr, region.Released)
+	case sr.at >= 0:
+		w.routers[sr.at].core.Cancel(sr.req)
+		w.routers[sr.at].scheduleExpire()
+	}
+	sr.firstToken = -1
+}
+
+// wasted books the work sr's engine did for nobody, if sr is a forward
+// whose engine had begun it.
+func (w *world) wasted(sr *simRequest) {
+	if started := sr.seq.StartedAt; sr.forward != nil && !started.IsZero() {
+		w.forwardsWasted++
+		w.wastedEngineTime += w.clock(w.now).Sub(started)
+	}
 }
 
 // forwardFailed handles a peer's refusal at the ingress r as the proxy
@@ -456,6 +510,7 @@ func (w *world) giveUp(sr *simRequest) {
 	}
 	switch {
 	case sr.seq != nil:
+		w.wasted(sr)
 		rp := sr.replica
 		rp.eng.Abort(sr.seq)
 		sr.via.end(sr, region.Released)
