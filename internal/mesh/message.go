@@ -23,15 +23,18 @@ const (
 	// that a restarted node is heard at once; version 6 the sender's wall
 	// clock at sending (Unix milliseconds, last), so that peers measure
 	// its clock's offset; version 7 the load of each model the node
-	// serves (a count, then per model its name and the load fields), last.
-	// Messages are sent as version 7; nodes of a release before 5 refuse
+	// serves (a count, then per model its name and the load fields);
+	// version 8 the engines' hardware and learned speed (Load.Hardware,
+	// Speed in thousandths, SpeedMeasured), the aggregate's then each
+	// model's, last. Messages are sent as version 8; nodes of a release before 5 refuse
 	// them, which to them is the same as the node falling silent, so a
 	// mesh is upgraded whole (README, Deployment). Versions 1 to 6 are
 	// still read (the fields they lack zero: no eviction is priced for
 	// such a peer, its incarnation is 0, its clock is taken to agree, and
 	// it lists no models: it is forwarded only the models this node
-	// serves).
-	wireVersion    = 7
+	// serves; before 8 it names no hardware, and its speed is taken as
+	// its prefill profile says).
+	wireVersion    = 8
 	minWireVersion = 1
 	flagDraining   = 1 << 0
 
@@ -121,8 +124,30 @@ func encodeLoad(m loadMsg) []byte {
 		w.str(ml.Model)
 		w.loadFields(ml, 0)
 	}
+	w.speedFields(l)
+	for _, ml := range l.Models[:min(len(l.Models), maxModels)] {
+		w.speedFields(ml)
+	}
 	return w.b
 }
+
+// speedScale is the resolution of a load's speed on the wire.
+const speedScale = 1000
+
+// speedFields writes a load's hardware and learned speed (version 8).
+func (w *writer) speedFields(l region.Load) {
+	w.str(l.Hardware)
+	w.uvarint(uint64(math.Round(min(max(l.Speed, 0), maxWireSpeed) * speedScale)))
+	measured := uint64(0)
+	if l.SpeedMeasured {
+		measured = 1
+	}
+	w.uvarint(measured)
+}
+
+// maxWireSpeed bounds a speed read off the wire (the region core learns
+// at most 64).
+const maxWireSpeed = 1000
 
 // maxModels bounds the models one load summary lists.
 const maxModels = 64
@@ -407,11 +432,30 @@ func decodeLoad(r *reader) (loadMsg, error) {
 			l.Models = append(l.Models, ml)
 		}
 	}
+	if r.version >= 8 {
+		r.speedFields(l)
+		for i := range l.Models {
+			r.speedFields(&l.Models[i])
+		}
+	}
 	r.end()
 	if r.err == nil && m.Node == "" {
 		r.fail("empty node name")
 	}
 	return m, r.err
+}
+
+// speedFields reads a load's hardware and learned speed (version 8).
+func (r *reader) speedFields(l *region.Load) {
+	l.Hardware = r.str()
+	l.Speed = float64(r.count(maxWireSpeed*speedScale)) / speedScale
+	switch r.uvarint() {
+	case 0:
+	case 1:
+		l.SpeedMeasured = true
+	default:
+		r.fail("bad speed flag")
+	}
 }
 
 // loadFields reads the fields of one load (as far as the message's

@@ -66,6 +66,8 @@ func TestDecodeRejectsBadMessages(t *testing.T) {
 		"bits count":    []byte{'S', 'W', wireVersion, msgBits, 1, 'n', 1, 2, 9, 1},
 		"want nobody":   encodeWant(""),
 		"want trailing": append(encodeWant("n"), 1),
+		"speed flag":    append(good[:len(good)-1], 2),                   // the aggregate's SpeedMeasured, last: 0 or 1
+		"speed":         append(good[:len(good)-2], 0xc1, 0x84, 0x3d, 0), // 1,000,001 thousandths: over 1,000
 	}
 	for name, b := range tests {
 		typ, r, err := decodeHeader(b)
@@ -132,8 +134,12 @@ func FuzzDecode(f *testing.F) {
 // fewer fields, and those it lacks read as zero.
 func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 	full := region.Load{Queued: 2, Outstanding: 9, QueuedTokens: 4, Offloading: 1, PrefillTokens: 3, Draining: true,
-		FreeCacheTokens: 70000, HitShare: 0.625, Models: []region.Load{{Model: "m", Queued: 2, Outstanding: 9, HitShare: 0.25}}}
-	withoutModels := full
+		FreeCacheTokens: 70000, HitShare: 0.625, Hardware: "llama3-8b-l4", Speed: 7.25, SpeedMeasured: true,
+		Models: []region.Load{{Model: "m", Queued: 2, Outstanding: 9, HitShare: 0.25, Hardware: "llama3-8b-l4", Speed: 1.5}}}
+	withoutSpeed := full
+	withoutSpeed.Hardware, withoutSpeed.Speed, withoutSpeed.SpeedMeasured = "", 0, false
+	withoutSpeed.Models = []region.Load{{Model: "m", Queued: 2, Outstanding: 9, HitShare: 0.25}}
+	withoutModels := withoutSpeed
 	withoutModels.Models = nil
 	sent := time.UnixMilli(1_790_000_000_123)
 	b := encodeLoad(loadMsg{Node: "n", Incarnation: 77, Seq: 1, Load: full, SentAt: sent})
@@ -144,7 +150,8 @@ func TestLoadTravelsWholeAndOlderVersionsAreStillRead(t *testing.T) {
 		version byte
 		want    region.Load
 	}{
-		{7, full},
+		{8, full},
+		{7, withoutSpeed},
 		{6, withoutModels},
 		{5, withoutModels},
 		{4, withoutModels},
@@ -212,6 +219,17 @@ func legacyLoad(v byte, node string, incarnation, seq uint64, l region.Load, sen
 			w.str(m.Model)
 			sub := legacyLoad(4, "", 0, 0, m, time.Time{}) // a model's fields are version 4's
 			w.b = append(w.b, sub[4+1+1:]...)              // less the header, the empty node and the sequence
+		}
+	}
+	if v >= 8 {
+		for _, s := range append([]region.Load{l}, l.Models...) {
+			w.str(s.Hardware)
+			w.uvarint(uint64(s.Speed * speedScale))
+			measured := uint64(0)
+			if s.SpeedMeasured {
+				measured = 1
+			}
+			w.uvarint(measured)
 		}
 	}
 	return w.b

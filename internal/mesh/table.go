@@ -353,7 +353,12 @@ func (f *loadFold) add(l region.Load) {
 	if f.n == 0 || l.PrefillTokens < d.PrefillTokens {
 		d.PrefillTokens = l.PrefillTokens
 	}
-	d.Prefill = l.Prefill
+	// The region's nodes share its engines: the slowest measured speed
+	// (the prefill scaled by it) holds for all; until one has measured,
+	// the last heard.
+	if f.n == 0 || l.SpeedMeasured && (!d.SpeedMeasured || l.Speed > d.Speed) || !d.SpeedMeasured {
+		d.Prefill, d.Hardware, d.Speed, d.SpeedMeasured = l.Prefill, l.Hardware, l.Speed, l.SpeedMeasured
+	}
 	d.FreeCacheTokens = max(d.FreeCacheTokens, l.FreeCacheTokens)
 	d.HitShare += l.HitShare
 	f.n++

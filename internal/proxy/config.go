@@ -303,7 +303,7 @@ func (c *Config) profileFor(model string) profile.Profile {
 func (c *Config) RegionConfigFor(model string) region.Config {
 	prof := c.profileFor(model)
 	return region.Config{Name: c.Region, Jurisdiction: c.Jurisdiction, Node: c.NodeID, MaxInFlight: c.MaxInFlight, AdapterLoad: c.LoRALoad,
-		Prefill: policy.PrefillOf(prof), DecodeStep: prof.DecodeStep(), EjectAfter: c.EjectAfter, Retries: c.Retries, DefaultReplicaTokens: c.ReplicaCacheTokens,
+		Prefill: policy.PrefillOf(prof), Hardware: prof.Name, DecodeStep: prof.DecodeStep(), EjectAfter: c.EjectAfter, Retries: c.Retries, DefaultReplicaTokens: c.ReplicaCacheTokens,
 		BlockTokens: max(request.DefaultBlockBytes/max(c.BytesPerToken, 1), 1), Balancer: balancer.Config{MaxQueue: c.MaxQueue, MaxWait: c.MaxWait,
 			Objectives: c.Objectives(), FIFO: !c.FairQueuing, TenantMaxHeld: c.TenantMaxHeld}}
 }

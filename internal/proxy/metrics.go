@@ -21,6 +21,11 @@ type metrics struct {
 	// in time; retried elsewhere), stall (a stream went silent).
 	upstreamTimeouts *prometheus.CounterVec
 	failovers        prometheus.Counter // streams continued elsewhere after breaking midway
+	// forwardWasted counts forwards abandoned before their first byte
+	// (peer; why: first_byte_timeout, client_left, drained): work the
+	// peer began for nobody, cancelled at its engine as the connection
+	// closed.
+	forwardWasted *prometheus.CounterVec
 	// kvEvents counts each replica's KV-event stream: batch (applied),
 	// restart (the engine's sequence began again), lost (a gap no replay
 	// filled, a batch that could not be read, the subscription failing).
@@ -55,6 +60,10 @@ func newMetrics(region string, r *Router) *metrics {
 	m.upstreamTimeouts = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "skywalker", Name: "upstream_timeouts_total",
 		Help:        "Attempts the proxy ended: first_byte (no first byte in time; the request is retried elsewhere), stall (a stream sent nothing for the stall timeout).",
 		ConstLabels: constLabels}, []string{"kind"})
+	m.forwardWasted = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "skywalker", Name: "forward_wasted_total",
+		Help: "Forwards abandoned before their first byte, by peer region and why: first_byte_timeout (cut at the deadline estimated for that peer; served again here), " +
+			"client_left, drained. The peer's engine worked on each for nobody until the closed connection cancelled it there.", ConstLabels: constLabels},
+		[]string{"peer", "why"})
 	m.failovers = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "skywalker", Name: "midstream_failovers_total",
 		Help: "Streams that broke midway and were continued on another replica or region (mid-stream failover).", ConstLabels: constLabels})
 	m.kvEvents = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "skywalker", Name: "kv_events_total",
@@ -65,7 +74,7 @@ func newMetrics(region string, r *Router) *metrics {
 		Help:        "Responses requests whose previous response was gone (its replica out of service or restarted) and that were served as a new chain: they resent the whole conversation and responses_start_over is on.",
 		ConstLabels: constLabels})
 	m.tenants = newTenantLabels(maxTenantLabels)
-	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts, m.failovers, m.kvEvents, m.chainsStartedOver,
+	m.reg.MustRegister(m.requests, m.forwarded, m.queueWait, m.ttft, m.match, m.admission, m.upstreamTimeouts, m.forwardWasted, m.failovers, m.kvEvents, m.chainsStartedOver,
 		stateCollector{r: r, constLabels: constLabels, tenants: m.tenants},
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -294,6 +294,9 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		case cause == errDrained, ctx.Err() != nil:
 			how = region.Released // not the target's fault, and nowhere to retry
 		}
+		if o.Peer != nil {
+			x.s.forwardWasted(o.Peer.Region, how, cause)
+		}
 		x.target = routed{}
 		n := verdict
 		if !ended {
@@ -309,6 +312,26 @@ func (x *exchange) attempt(body []byte, o routed, err error) (*http.Response, er
 		}
 		x.s.logEvery("retry\x00"+o.Decision.Region, slog.LevelInfo, "retrying elsewhere", "id", x.req.ID, "attempt", o.Number, "err", sendErr)
 		o, err = next, routeErr
+	}
+}
+
+// forwardWasted counts a forward to peer that ended how (cause: why its
+// context ended) before its first byte, when the peer may have worked on
+// it for nobody: cut at its deadline, its client gone, the proxy
+// draining. A forward the peer failed or refused is not counted: its
+// work ended there.
+func (s *Server) forwardWasted(peer string, how region.Outcome, cause error) {
+	why := ""
+	switch {
+	case how == region.TimedOut:
+		why = "first_byte_timeout"
+	case how == region.Released && cause == errDrained:
+		why = "drained"
+	case how == region.Released:
+		why = "client_left"
+	}
+	if why != "" {
+		s.metrics.forwardWasted.WithLabelValues(peer, why).Inc()
 	}
 }
 

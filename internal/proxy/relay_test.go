@@ -82,20 +82,19 @@ func TestAFailedForwardIsServedHereAsALocalRequest(t *testing.T) {
 	}
 }
 
-func forwardRefused(t *testing.T, status int) {
+// busyWithIdlePeer starts a proxy whose one replica (one slot) is taken
+// and held by a first streamed request, and whose idle peer eu-west is
+// served by peer: the next request is forwarded. post sends one like it;
+// release frees the local slot.
+func busyWithIdlePeer(t *testing.T, peer http.HandlerFunc) (p solo, post func() (*http.Response, error), first *http.Response, release func()) {
 	local, release := heldBackend(t)
-	var peerHits atomic.Int64
-	peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		peerHits.Add(1)
-		http.Error(w, `{"error":{"message":"refused by the peer"}}`, status)
-	}))
-	t.Cleanup(peer.Close)
+	ps := httptest.NewServer(peer)
+	t.Cleanup(ps.Close)
 	prof, _ := profile.Lookup("llama3-8b-a100")
-	peers := staticPeers{{Region: "eu-west", Healthy: true, Nodes: 1, APIAddrs: []string{peer.URL}, RTT: 20 * time.Millisecond,
+	peers := staticPeers{{Region: "eu-west", Healthy: true, Nodes: 1, APIAddrs: []string{ps.URL}, RTT: 20 * time.Millisecond,
 		GateOpen: true, Load: region.Load{Replicas: 4, Slots: 32, Prefill: policy.PrefillOf(prof)}}}
-	p := startSoloWith(t, []string{local}, func(c *Config) { c.MaxInFlight, c.Profile = 1, prof.Name }, Options{Peers: peers})
-	post := func() (*http.Response, error) {
+	p = startSoloWith(t, []string{local}, func(c *Config) { c.MaxInFlight, c.Profile = 1, prof.Name }, Options{Peers: peers})
+	post = func() (*http.Response, error) {
 		return http.Post("http://"+p.addr+"/v1/chat/completions", "application/json",
 			strings.NewReader(`{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":200,"stream":true}`))
 	}
@@ -103,16 +102,52 @@ func forwardRefused(t *testing.T, status int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer first.Body.Close()
+	t.Cleanup(func() { first.Body.Close() })
+	return p, post, first, release
+}
+
+// postAnswer is what a request sent in the background got.
+type postAnswer struct {
+	resp *http.Response
+	err  error
+}
+
+// inBackground sends post once and delivers its answer.
+func inBackground(post func() (*http.Response, error)) <-chan postAnswer {
+	c := make(chan postAnswer, 1)
+	go func() { r, err := post(); c <- postAnswer{r, err} }()
+	return c
+}
+
+// releaseAndAwait frees the local slot, reads the first request to its
+// end and returns the answer to the request sent in the background.
+func releaseAndAwait(t *testing.T, release func(), first *http.Response, second <-chan postAnswer) *http.Response {
+	t.Helper()
+	release()
+	_, _ = io.Copy(io.Discard, first.Body)
+	select {
+	case a := <-second:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		return a.resp
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second request got no answer within 30 s of the local slot freeing")
+	}
+	return nil
+}
+
+func forwardRefused(t *testing.T, status int) {
+	var peerHits atomic.Int64
+	p, post, first, release := busyWithIdlePeer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		peerHits.Add(1)
+		http.Error(w, `{"error":{"message":"refused by the peer"}}`, status)
+	})
 	if reason := first.Header.Get("X-SkyWalker-Route-Reason"); first.StatusCode != 200 || first.Header.Get("X-SkyWalker-Region") != "solo" {
 		t.Fatalf("the first request: %d, reason %q; want served here", first.StatusCode, reason)
 	}
-	type answer struct {
-		resp *http.Response
-		err  error
-	}
-	second := make(chan answer, 1)
-	go func() { r, err := post(); second <- answer{r, err} }()
+	second := inBackground(post)
 	deadline := time.Now().Add(30 * time.Second)
 	for peerHits.Load() == 0 {
 		if time.Now().After(deadline) {
@@ -120,23 +155,13 @@ func forwardRefused(t *testing.T, status int) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	release()
-	_, _ = io.Copy(io.Discard, first.Body)
-	var a answer
-	select {
-	case a = <-second:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the second request got no answer within 30 s of the slot freeing")
-	}
-	if a.err != nil {
-		t.Fatal(a.err)
-	}
-	body, _ := io.ReadAll(a.resp.Body)
-	a.resp.Body.Close()
-	reason := a.resp.Header.Get("X-SkyWalker-Route-Reason")
-	if a.resp.StatusCode != 200 || a.resp.Header.Get("X-SkyWalker-Region") != "solo" || reason == string(policy.ReasonForwarded) || reason == "" {
+	resp := releaseAndAwait(t, release, first, second)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	reason := resp.Header.Get("X-SkyWalker-Route-Reason")
+	if resp.StatusCode != 200 || resp.Header.Get("X-SkyWalker-Region") != "solo" || reason == string(policy.ReasonForwarded) || reason == "" {
 		t.Errorf("after the failed forward: %d served in %q, reason %q: want 200 here with the local rule's reason; body %s",
-			a.resp.StatusCode, a.resp.Header.Get("X-SkyWalker-Region"), reason, body)
+			resp.StatusCode, resp.Header.Get("X-SkyWalker-Region"), reason, body)
 	}
 	rep := p.srv.demand.report()
 	var n int64
@@ -242,5 +267,45 @@ func TestTheOutboundRequestDropsHopByHopHeaders(t *testing.T) {
 	}
 	if out.Body != nil || out.RequestURI != "" || in.Header.Get("Connection") == "" {
 		t.Error("the outbound request keeps the client's body or request URI, or changed the client's headers")
+	}
+}
+
+// A forward that gets no first byte by its deadline is cut: the peer sees
+// its request cancelled at once (the closed connection: a peer proxy
+// cancels its engine's request the same way), the cut is counted in
+// skywalker_forward_wasted_total{why="first_byte_timeout"}, and the
+// request is served here.
+func TestAForwardCutAtItsDeadlineIsCancelledAtThePeerAndCounted(t *testing.T) {
+	arrived, cancelled := make(chan time.Time, 4), make(chan time.Time, 4)
+	p, post, first, release := busyWithIdlePeer(t, func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		arrived <- time.Now()
+		<-r.Context().Done() // swallows it: computes, answers nothing
+		cancelled <- time.Now()
+	})
+	second := inBackground(post)
+	var sent, cut time.Time
+	select {
+	case sent = <-arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the second request was not forwarded to the idle peer within 30 s")
+	}
+	select {
+	case cut = <-cancelled:
+	case <-time.After(region.MaxFirstTokenTimeout):
+		t.Fatalf("the forward was not cancelled at the peer within %v of reaching it", region.MaxFirstTokenTimeout)
+	}
+	if waited := cut.Sub(sent); waited < region.MinFirstTokenTimeout/2 {
+		t.Errorf("the forward was cancelled %v after it reached the peer; its deadline is at least %v", waited, region.MinFirstTokenTimeout)
+	}
+	testwait.Eventually(t, 30*time.Second, "skywalker_forward_wasted_total{peer=eu-west,why=first_byte_timeout} to count the cut forward", func() (bool, string) {
+		v := testutilValue(p.srv.metrics.forwardWasted.WithLabelValues("eu-west", "first_byte_timeout"))
+		return v == 1, fmt.Sprintf("it is %v", v)
+	})
+	resp := releaseAndAwait(t, release, first, second)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-SkyWalker-Region") != "solo" {
+		t.Errorf("after the cut forward: %d served in %q, want 200 here", resp.StatusCode, resp.Header.Get("X-SkyWalker-Region"))
 	}
 }

@@ -145,11 +145,16 @@ func (a *Attempt) FirstToken(now time.Time) {
 // region keeps learning (a hung replica's first attempts are sent before
 // anything is known, with InitialFirstTokenTimeout, and are timed out as
 // soon as other replicas' first tokens say how long is too long); for a
-// forward, FirstTokenFactor × the decision's estimate. Never below
+// forward, FirstTokenFactor × what was estimated for that peer (its
+// queue, prefill and RTT, the decision's estimate) made as late as this
+// node's forwards there have run nine times in ten (the peer's learned
+// error), also read again while it waits. Never below
 // MinFirstTokenTimeout.
 func (a *Attempt) FirstTokenTimeout() time.Duration {
 	if b := a.r.bookings[a.Request]; a.rp != nil && b != nil && b.rp == a.rp {
 		a.timeout = a.r.firstTokenTimeout(b)
+	} else if a.Peer != nil {
+		a.timeout = a.r.forwardTimeout(a)
 	} else if a.timeout == 0 {
 		a.timeout = min(max(MinFirstTokenTimeout, FirstTokenFactor*a.Decision.Estimate), MaxFirstTokenTimeout)
 	}
@@ -253,6 +258,9 @@ func (a *Attempt) finish(now time.Time, how Outcome) bool {
 		r.forwardDone(a.Peer.Region)
 		if !a.first {
 			decrement(r.awaiting, a.Peer.Region)
+		}
+		if how == TimedOut && !a.sent.IsZero() {
+			r.peerTimedOut(a, now.Sub(a.sent))
 		}
 		r.told(a.Peer.Region, r.peerEnded(now, a.Peer.Region, how))
 	}

@@ -23,6 +23,14 @@ type Load struct {
 	// Offloading is this node's requests in flight at peer regions.
 	Offloading int
 	Prefill    policy.PrefillProfile
+	// Hardware is the engines' hardware profile (Config.Hardware), Speed
+	// the scale of the profile Prefill already bears (pool.speed), and
+	// SpeedMeasured whether the region measured it from its own first
+	// tokens (else it is 1 or borrowed): a peer of the same hardware
+	// borrows a measured speed until it has its own.
+	Hardware      string
+	Speed         float64
+	SpeedMeasured bool
 	// FreeCacheTokens is the most KV cache, in tokens, any healthy
 	// replica is believed to have free (a prompt cached there evicts
 	// nothing), and HitShare the region's share of prompt tokens served
@@ -63,7 +71,8 @@ func (l *Load) forModel(model string) (Load, bool) {
 // Load is the region's summary as of now, as this node publishes it.
 func (r *pool) Load() Load {
 	queued := r.bal.Len()
-	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.prefill(), HitShare: r.hitShare()}
+	l := Load{Queued: queued, Outstanding: queued, QueuedTokens: r.bal.HeldTokens(), Prefill: r.prefill(), HitShare: r.hitShare(),
+		Hardware: r.cfg.Hardware, Speed: r.speed(), SpeedMeasured: r.speedMeasured()}
 	for _, n := range r.forwarding {
 		l.Offloading += n
 	}

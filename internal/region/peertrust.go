@@ -88,6 +88,24 @@ func (r *pool) peerFirstToken(now time.Time, a *Attempt) string {
 	return ""
 }
 
+// forwardTimeout is how long forward a may wait for its first token (see
+// Attempt.FirstTokenTimeout).
+func (r *pool) forwardTimeout(a *Attempt) time.Duration {
+	est := a.Decision.Estimate
+	if t := r.trust[a.Peer.Region]; t != nil {
+		est = max(est, t.estimate.Summary().Pessimistic(est, 0))
+	}
+	return min(max(MinFirstTokenTimeout, FirstTokenFactor*est), MaxFirstTokenTimeout)
+}
+
+// peerTimedOut learns from a forward cut before its first token after
+// waited: the wait, a lower bound of its first token's time, is a sample
+// of the peer's estimate error, so a peer slower than estimated is waited
+// for longer next time (and priced so) instead of being cut again.
+func (r *pool) peerTimedOut(a *Attempt, waited time.Duration) {
+	r.trustOf(a.Peer.Region).estimate.Observe(waited, a.Decision.Estimate)
+}
+
 // peerCacheReported judges the cached tokens a forward's engine reported
 // against what the peer's digest claimed when the forward was chosen; it
 // returns the reason if the peer is now distrusted.

@@ -24,6 +24,11 @@ type Config struct {
 	MaxInFlight int
 	// Prefill is the replicas' prefill-time profile, for TTFT estimates.
 	Prefill policy.PrefillProfile
+	// Hardware names the engines' hardware profile (profile.Profile.Name):
+	// what a peer region running the same learned of its engines' speed is
+	// borrowed until this region has measured its own (see pool.speed).
+	// Empty: nothing is borrowed.
+	Hardware string
 	// DecodeStep is the replicas' time per output token of one request (an
 	// engine iteration at a light batch). Until a request has ended here,
 	// the queue wait is estimated from what the requests in flight were
@@ -134,14 +139,17 @@ type pool struct {
 	tenantBias           map[flow]*ratioEWMA // the same per flow (class, tenant)
 	// firstTokens and idleSpeed are what the region learned of its
 	// engines' speed from first tokens (timing.go).
-	firstTokens  firstTokenTimes
-	idleSpeed    ratioEWMA
-	idleSamples  int       // first tokens idleSpeed learned from
-	speedKnownAt time.Time // when it had enough to be used (see speed)
-	trust        map[string]*peerTrust
-	now          time.Time // the latest time a driver gave (peer trust is judged at it)
-	siblings     siblings  // dispatches shared with the region's other nodes (siblings.go)
-	sessions     sessions  // each session's last replica (sessions.go)
+	firstTokens firstTokenTimes
+	idleSpeed   ratioEWMA
+	idleSamples int // first tokens idleSpeed learned from
+	// borrowedSpeed is what peers of the same hardware measured of their
+	// engines' speed (borrowedSpeed), 0 if none has.
+	borrowedSpeed float64
+	speedKnownAt  time.Time // when it had enough to be used (see speed)
+	trust         map[string]*peerTrust
+	now           time.Time // the latest time a driver gave (peer trust is judged at it)
+	siblings      siblings  // dispatches shared with the region's other nodes (siblings.go)
+	sessions      sessions  // each session's last replica (sessions.go)
 }
 
 // newPool returns a region with no replicas that routes by pol and hands every
@@ -214,7 +222,10 @@ func (r *pool) Held(now time.Time) []balancer.HeldRequest { return r.bal.Held(no
 
 // SetPeers replaces what the region knows of its peers (the mesh's
 // snapshot, or the simulator's). Peers are in the order policies see them.
-func (r *pool) SetPeers(peers []Peer) { r.peers = peers }
+func (r *pool) SetPeers(peers []Peer) {
+	r.peers = peers
+	r.borrowedSpeed = borrowedSpeed(r.cfg.Hardware, peers)
+}
 
 // forwardingTo is how many of this node's requests are in flight at peer.
 func (r *pool) forwardingTo(peer string) int { return r.forwarding[peer] }
@@ -304,6 +315,7 @@ func (r *pool) View(req *request.Request) *policy.View {
 	for i := range r.peers {
 		p := &r.peers[i]
 		pr := p.view()
+		r.judgeSpeed(&pr, p.Load)
 		pr.InFlightFromUs, pr.AwaitingFromUs = r.forwarding[p.Region], r.awaiting[p.Region]
 		pr.Outstanding += pr.InFlightFromUs
 		if t := r.trust[p.Region]; t != nil {

@@ -100,13 +100,54 @@ const (
 
 // speed is how much longer than the profile's prefill the region's
 // engines take to a first token when nothing else runs on them, from
-// minFirstTokenSamples such first tokens on (1 until then): the scale of
-// every estimate the region makes.
+// minFirstTokenSamples such first tokens on: the scale of every estimate
+// the region makes. Until then it is what peers of the same hardware
+// measured of theirs (borrowedSpeed), else 1: a region that has served
+// nothing yet is as slow as its twins have shown they are, not as fast as
+// the profile says.
 func (r *pool) speed() float64 {
-	if r.idleSamples < minFirstTokenSamples {
-		return 1
+	if !r.speedMeasured() {
+		return max(r.borrowedSpeed, 1)
 	}
 	return r.idleSpeed.ratioWithin(1, maxSpeed)
+}
+
+// speedMeasured reports whether speed rests on the region's own first
+// tokens.
+func (r *pool) speedMeasured() bool { return r.idleSamples >= minFirstTokenSamples }
+
+// borrowedSpeed is the median speed of the peers running hardware (the
+// same profile) that have measured theirs (Load.SpeedMeasured), 0 if
+// none has: the median, so that one peer's odd engines do not slow every
+// estimate. Peers of an earlier release say no hardware and lend nothing.
+func borrowedSpeed(hardware string, peers []Peer) float64 {
+	if hardware == "" {
+		return 0
+	}
+	var speeds []float64
+	for i := range peers {
+		if l := &peers[i].Load; l.SpeedMeasured && l.Hardware == hardware && !peers[i].Left {
+			speeds = append(speeds, l.Speed)
+		}
+	}
+	if len(speeds) == 0 {
+		return 0
+	}
+	slices.Sort(speeds)
+	return speeds[len(speeds)/2]
+}
+
+// judgeSpeed corrects the view of a peer that has not measured its
+// engines' speed and runs the same hardware as this region, which has:
+// its prefill is taken to be as slow as this region's engines (what the
+// peer would borrow, before its own summary says so).
+func (r *pool) judgeSpeed(pr *policy.PeerRegion, l Load) {
+	if l.SpeedMeasured || l.Hardware == "" || l.Hardware != r.cfg.Hardware || !r.speedMeasured() {
+		return
+	}
+	if own, theirs := r.speed(), max(l.Speed, 1); own > theirs {
+		pr.Prefill = l.Prefill.Scaled(own / theirs)
+	}
 }
 
 // prefill is the region's prefill profile as its engines bear it out.

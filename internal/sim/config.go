@@ -241,7 +241,7 @@ func (c *Config) withDefaults() error {
 // (see proxy.Config.RegionConfigFor).
 func (c *Config) regionConfig(spec RegionSpec, node string, prof profile.Profile, blockTokens int) region.Config {
 	return region.Config{Name: spec.Name, Jurisdiction: spec.Jurisdiction, Node: node, MaxInFlight: c.MaxInFlight,
-		Prefill: policy.PrefillOf(prof), DecodeStep: prof.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
+		Prefill: policy.PrefillOf(prof), Hardware: prof.Name, DecodeStep: prof.DecodeStep(), BlockTokens: max(blockTokens, 1), Balancer: c.Balancer,
 		DefaultReplicaTokens: spec.BelievedCacheTokens, NoCacheTruth: c.NoCacheTruth, Retries: c.Retries}
 }
 
