@@ -279,6 +279,94 @@ func TestTheBodyBudgetRefusesWhatItCannotHold(t *testing.T) {
 	}
 }
 
+// When the body budget is full, a client under its fair share takes room
+// from the clients over theirs: two addresses hold the whole budget with
+// uploads that withhold their last byte; a third address's small request
+// is served at once (one upload of the largest holder is cut 429, with a
+// Retry-After, long before its body timeout), and a holder over its share
+// asking for more waits (429). Before the budget was shared, the third
+// address got 429 until the withheld uploads timed out.
+func TestTheBodyBudgetIsSharedFairlyByAddress(t *testing.T) {
+	backend, upstream := countingBackend(t)
+	const upload = 1 << 20 // declared; charged BodyMemoryFactor times
+	p := startSolo(t, []string{backend.URL}, func(c *Config) {
+		c.BodyBudget, c.ClientBodyBudget = 4*BodyMemoryFactor*upload, 4*BodyMemoryFactor*upload
+		c.BodyTimeout = 5 * time.Minute // the withheld uploads outlive the test unless cut
+	})
+	type answer struct {
+		from   int
+		status int
+		body   string
+	}
+	answers := make(chan answer, 8)
+	send := func(hog int) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(hog))}}
+		conn, err := d.Dial("tcp", p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		go func() {
+			prefix := `{"messages":[{"role":"user","content":"`
+			_, _ = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s%s", upload, prefix, strings.Repeat("a", upload-1-len(prefix)))
+			_ = conn.SetReadDeadline(time.Now().Add(5 * time.Minute))
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				return // the test ended
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers <- answer{hog, resp.StatusCode, string(body)}
+		}()
+	}
+	for _, hog := range []int{3, 3, 4, 4} {
+		send(hog)
+	}
+	testwait.Eventually(t, time.Minute, "the four withheld uploads to hold the whole budget", func() (bool, string) {
+		n := p.srv.bodies.held()
+		return n == 4*BodyMemoryFactor*upload, fmt.Sprintf("%d of %d bytes held", n, 4*BodyMemoryFactor*upload)
+	})
+
+	quiet := fromAddress(net.IPv4(127, 0, 0, 2))
+	resp, err := quiet.Post("http://"+p.addr+"/v1/chat/completions", "application/json", strings.NewReader(`{"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || upstream.Load() != 1 {
+		t.Fatalf("a third address while two hold the whole body budget: %d %s; want it served (room taken from the holders over their share)", resp.StatusCode, body)
+	}
+	select {
+	case a := <-answers:
+		if a.status != 429 || !strings.Contains(a.body, "share") {
+			t.Errorf("the upload cut to make room: from 127.0.0.%d %d %s; want 429 naming the share", a.from, a.status, a.body)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no withheld upload was cut to make room within a minute (the body timeout is 5 minutes)")
+	}
+	select {
+	case a := <-answers:
+		t.Errorf("a second upload answered (127.0.0.%d: %d %s); want one cut, the rest still held", a.from, a.status, a.body)
+	default:
+	}
+	// A holder over its share that asks for more is refused, and cuts nothing.
+	conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 4)}}).Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", 2*upload)
+	if r, b := readResponse(t, conn); r.StatusCode != 429 || r.Header.Get("Retry-After") == "" {
+		t.Errorf("a holder over its share asking for more: %d %s; want 429 with a Retry-After", r.StatusCode, b)
+	}
+	select {
+	case a := <-answers:
+		t.Errorf("a holder's request over its share cut an upload (127.0.0.%d: %d %s)", a.from, a.status, a.body)
+	default:
+	}
+}
+
 // 100 clients that declare 16 MiB bodies and send a trickle: the proxy's
 // memory grows with what arrived, not with what was declared.
 func TestDeclaredButUnsentBodiesCostLittleMemory(t *testing.T) {

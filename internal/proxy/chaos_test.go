@@ -427,8 +427,11 @@ func withheldUploads(t *testing.T) *tally {
 	if resp.StatusCode != 200 {
 		t.Errorf("another client, while one client withholds %d uploads: status %d, want 200", uploads, resp.StatusCode)
 	}
-	var during runtime.MemStats
+	var during, live runtime.MemStats
 	runtime.ReadMemStats(&during)
+	runtime.GC()
+	runtime.ReadMemStats(&live)
+	heldBytes := p.srv.bodies.held() / BodyMemoryFactor // the uploads held now, at their size
 	counts := map[int]int{}
 	var tl tally
 	for range uploads {
@@ -461,7 +464,12 @@ func withheldUploads(t *testing.T) *tally {
 			counts, peak>>20, cfg.ClientBodyBudget>>20)
 	}
 	grew := int64(during.HeapInuse) - int64(before.HeapInuse)
-	t.Logf("%d withheld 16 MiB uploads: %v; peak held %d MiB; heap grew %d MiB", uploads, counts, peak>>20, grew>>20)
+	liveGrew := int64(live.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("%d withheld 16 MiB uploads: %v; peak held %d MiB; heap grew %d MiB, live after a collection %d MiB for %d MiB of bodies held",
+		uploads, counts, peak>>20, grew>>20, liveGrew>>20, heldBytes>>20)
+	if liveGrew > heldBytes*3/2 {
+		t.Errorf("the held uploads' %d MiB cost %d MiB of live heap; want at most 1.5x", heldBytes>>20, liveGrew>>20)
+	}
 	if grew > 1<<30 {
 		t.Errorf("heap grew %d MiB, over the Helm chart's 1 GiB limit", grew>>20)
 	}

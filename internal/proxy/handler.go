@@ -40,23 +40,23 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		defer tr.admit.End() // ended earlier (admitted) unless refused before routing
 		rc := http.NewResponseController(w)
 		client := clientOf(r)
-		paced := pacedBody{body: r.Body, rc: rc, start: arrival, grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate),
+		paced := &pacedBody{body: r.Body, rc: rc, start: arrival, grace: s.cfg.BodyTimeout, rate: float64(s.cfg.MinBodyRate),
 			ledger: s.bodies, client: client}
+		defer s.bodies.release(paced)
 		if declared := r.ContentLength; declared > 0 {
 			// A declared length is reserved before a byte of it is read:
 			// uploads that arrive at once cannot all pass the check and
 			// then overrun the budget together.
-			if refusal := s.bodies.reserve(client, BodyMemoryFactor*declared); refusal != nil {
+			if refusal := s.bodies.cover(paced, BodyMemoryFactor*declared); refusal != nil {
 				abandonBody(rc, r)
 				s.reject(w, shape, refusal, "overloaded")
 				return
 			}
-			paced.charged = BodyMemoryFactor * declared
 		}
-		defer paced.release()
 		bufp := bodyBuffers.get(r.ContentLength)
-		req, body, err := request.ParseFrom(kind, &paced, r.ContentLength, *bufp,
+		req, body, err := request.ParseFrom(kind, paced, r.ContentLength, *bufp,
 			request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes, BytesPerToken: s.cfg.BytesPerToken})
+		s.bodies.read(paced)
 		defer func() {
 			*bufp = body[:0]
 			bodyBuffers.put(bufp)

@@ -1,10 +1,13 @@
 package proxy
 
 import (
+	"cmp"
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"skywalker/internal/apierr"
@@ -23,8 +26,8 @@ import (
 //     default rate earned 512 s).
 //
 // It also charges what it received against the proxy's ledger of memory
-// held by request bodies, in total and per client: past either budget, the
-// read fails with a 429.
+// held by request bodies (see bodyLedger): past a budget, or cut to make
+// room for a client under its share, the read fails with a 429.
 type pacedBody struct {
 	body     io.Reader
 	rc       *http.ResponseController
@@ -33,9 +36,17 @@ type pacedBody struct {
 	grace    time.Duration
 	rate     float64 // bytes per second
 	received int64
-	charged  int64 // to the ledger: the declared length's reservation, or received × BodyMemoryFactor
 	ledger   *bodyLedger
 	client   string
+
+	// charged is what the ledger counts for this body: the declared
+	// length's reservation, or received × BodyMemoryFactor. Written only
+	// under ledger.mu; read without it for the fast path.
+	charged atomic.Int64
+	// mu orders setting the read deadline against a cut: a cut sets cut
+	// and a deadline of now, and a read never sets a later one after it.
+	mu  sync.Mutex
+	cut atomic.Bool
 }
 
 // deadline is when the next read must have returned.
@@ -53,14 +64,22 @@ func (p *pacedBody) deadline() time.Time {
 }
 
 func (p *pacedBody) Read(b []byte) (int, error) {
+	p.mu.Lock()
+	if p.cut.Load() {
+		p.mu.Unlock()
+		return 0, errBodyShare
+	}
 	_ = p.rc.SetReadDeadline(p.deadline())
+	p.mu.Unlock()
 	n, err := p.body.Read(b)
+	if p.cut.Load() {
+		return n, errBodyShare // the deadline error, if any, was the cut's
+	}
 	if n > 0 {
 		p.last = time.Now()
 		p.received += int64(n)
-		if owed := BodyMemoryFactor*p.received - p.charged; owed > 0 { // past what was reserved
-			p.charged += owed
-			if refusal := p.ledger.add(p.client, owed); refusal != nil && err == nil {
+		if want := BodyMemoryFactor * p.received; want > p.charged.Load() { // past what was reserved
+			if refusal := p.ledger.cover(p, want); refusal != nil && err == nil {
 				err = refusal
 			}
 		}
@@ -68,79 +87,197 @@ func (p *pacedBody) Read(b []byte) (int, error) {
 	return n, err
 }
 
-// release gives back what the body counted against the budgets, when the
-// request ends (its body is held until then: retries resend it).
-func (p *pacedBody) release() { p.ledger.add(p.client, -p.charged) }
+// interrupt ends the body's read now: the next (or the blocked) read fails
+// with errBodyShare. Called under the ledger's lock.
+func (p *pacedBody) interrupt() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut.Store(true)
+	_ = p.rc.SetReadDeadline(time.Now())
+}
 
-// BodyMemoryFactor is what a byte of request body costs the proxy in
-// memory while the request lives: the byte in the body's buffer, and its
-// part of the canonical rendering built as the body arrives (each grown
-// by appending). Measured: 8 bodies of 16 MiB held 335 MiB live, 2.6× their
-// size; the ledger charges 2×, the growth slack aside.
+// BodyMemoryFactor is what the ledger charges a byte of request body for
+// while its request lives. A declared body is read into a buffer of its
+// size and its rendering is let go of as it is hashed (request.ParseFrom):
+// 4 withheld 16 MiB uploads hold ~1.2× their size live (the chaos test
+// "withheld uploads" holds it under 1.5×; it was 2.6× when the rendering
+// was kept whole and buffers doubled). An undeclared (chunked) body's
+// buffer doubles as it grows, up to 2× its size: the charge.
 const BodyMemoryFactor = 2
 
 // bodyLedger counts the memory request bodies hold (received and not yet
-// done with), in total and per client (the client's IP address), against
-// a budget for each. Safe for concurrent use.
+// done with), in total and per client (the client's IP address), and
+// shares the budget fairly between clients:
+//
+//   - one client holds at most perClient (errClientBodyBudget past it);
+//   - while the whole budget is not held, any client may grow into it;
+//   - when it is, a client that would stay within its fair share — the
+//     budget over the clients holding bodies, itself counted — takes the
+//     room it needs from clients over theirs: their uploads still in
+//     progress are cut (errBodyShare), the largest holder's largest first,
+//     and only while that holder stays over its share. A body already
+//     whole is never cut (its request is being served), and nothing is
+//     cut unless the cuts free enough. A client over its share waits
+//     (errBodyBudget).
+//
+// So no client holds more than its share while another waits for room,
+// and a client alone may use the whole budget. Safe for concurrent use.
 type bodyLedger struct {
 	budget, perClient int64
 	mu                sync.Mutex
 	total             int64
-	byClient          map[string]int64
+	clients           map[string]*clientBodies
+}
+
+// clientBodies is what one client holds.
+type clientBodies struct {
+	held    int64
+	reading map[*pacedBody]struct{} // uploads in progress: what may be cut
 }
 
 func newBodyLedger(budget, perClient int) *bodyLedger {
-	return &bodyLedger{budget: int64(budget), perClient: int64(perClient), byClient: map[string]int64{}}
+	return &bodyLedger{budget: int64(budget), perClient: int64(perClient), clients: map[string]*clientBodies{}}
 }
 
 // The refusals of a body the proxy has no room to hold.
 var (
 	errBodyBudget = &apierr.Error{Code: apierr.Overloaded, RetryAfter: time.Second,
-		Message: "the proxy holds as many request bodies as it may (body_budget); retry shortly"}
+		Message: "the proxy holds as many request bodies as it may (body_budget), and this client holds its share of them; retry shortly"}
 	errClientBodyBudget = &apierr.Error{Code: apierr.Overloaded, RetryAfter: time.Second,
 		Message: "this client's uploads in progress hold as many bytes as one client may (client_body_budget); retry when they end"}
+	errBodyShare = &apierr.Error{Code: apierr.Overloaded, RetryAfter: time.Second,
+		Message: "the proxy's body budget (body_budget) is full and this client held more than its share while another waited: this upload was cut; retry shortly"}
 )
 
-// reserve counts n bytes for client if they fit, else says which budget
-// they would pass and counts nothing: a declared length is refused, or
-// held, before a byte of it is read.
-func (l *bodyLedger) reserve(client string, n int64) *apierr.Error {
+// cover brings what p is charged up to want bytes if they fit (making
+// room as the ledger's rule allows), else says which budget they would
+// pass and counts nothing more. A declared length is covered before a
+// byte of it is read.
+func (l *bodyLedger) cover(p *pacedBody, want int64) *apierr.Error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if refusal := l.refusal(client, n); refusal != nil {
-		return refusal
+	if p.cut.Load() {
+		return errBodyShare
 	}
-	l.total += n
-	l.byClient[client] += n
-	return nil
-}
-
-func (l *bodyLedger) refusal(client string, n int64) *apierr.Error {
-	switch {
-	case l.byClient[client]+n > l.perClient:
+	n := want - p.charged.Load()
+	if n <= 0 {
+		return nil
+	}
+	c := l.clients[p.client]
+	var held int64
+	if c != nil {
+		held = c.held
+	}
+	if held+n > l.perClient {
 		return errClientBodyBudget
-	case l.total+n > l.budget:
+	}
+	if over := l.total + n - l.budget; over > 0 && !l.makeRoom(p.client, held+n, over) {
 		return errBodyBudget
 	}
+	if c == nil {
+		c = &clientBodies{reading: map[*pacedBody]struct{}{}}
+		l.clients[p.client] = c
+	}
+	c.held += n
+	c.reading[p] = struct{}{}
+	l.total += n
+	p.charged.Add(n)
 	return nil
 }
 
-// add counts n bytes (negative: gives them back) and says which budget
-// the client is now past, if any.
-func (l *bodyLedger) add(client string, n int64) error {
+// makeRoom frees at least need bytes for client, which would then hold
+// wouldHold, by cutting uploads in progress of clients over their share
+// (see bodyLedger). It cuts nothing and says false unless client stays
+// within its share and the cuts free enough.
+func (l *bodyLedger) makeRoom(client string, wouldHold, need int64) bool {
+	holders := int64(len(l.clients))
+	if _, ok := l.clients[client]; !ok {
+		holders++
+	}
+	share := l.budget / holders
+	if wouldHold > share {
+		return false
+	}
+	type candidate struct {
+		body   *pacedBody
+		holder *clientBodies
+	}
+	var candidates []candidate
+	for name, c := range l.clients {
+		if name == client || c.held <= share {
+			continue
+		}
+		for b := range c.reading {
+			candidates = append(candidates, candidate{b, c})
+		}
+	}
+	slices.SortFunc(candidates, func(a, b candidate) int {
+		if c := cmp.Compare(b.holder.held, a.holder.held); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.body.charged.Load(), a.body.charged.Load())
+	})
+	left := map[*clientBodies]int64{} // what each holder would keep
+	var cuts []*pacedBody
+	var freed int64
+	for _, cand := range candidates {
+		if freed >= need {
+			break
+		}
+		kept, ok := left[cand.holder]
+		if !ok {
+			kept = cand.holder.held
+		}
+		if kept <= share {
+			continue
+		}
+		charged := cand.body.charged.Load()
+		left[cand.holder] = kept - charged
+		cuts = append(cuts, cand.body)
+		freed += charged
+	}
+	if freed < need {
+		return false
+	}
+	for _, b := range cuts {
+		l.uncount(b)
+		b.interrupt()
+	}
+	return true
+}
+
+// uncount gives back everything b is charged for and forgets it. Called
+// under l.mu.
+func (l *bodyLedger) uncount(b *pacedBody) {
+	charged := b.charged.Swap(0)
+	l.total -= charged
+	c := l.clients[b.client]
+	if c == nil {
+		return
+	}
+	c.held -= charged
+	delete(c.reading, b)
+	if c.held <= 0 && len(c.reading) == 0 {
+		delete(l.clients, b.client)
+	}
+}
+
+// read says p's body is no longer arriving (whole, or failed): it is not
+// cut to make room any more.
+func (l *bodyLedger) read(p *pacedBody) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.total += n
-	held := l.byClient[client] + n
-	if held <= 0 {
-		delete(l.byClient, client)
-	} else {
-		l.byClient[client] = held
+	if c := l.clients[p.client]; c != nil {
+		delete(c.reading, p)
 	}
-	if refusal := l.refusal(client, 0); refusal != nil {
-		return refusal
-	}
-	return nil
+}
+
+// release gives back what p counted against the budgets, when its request
+// ends (the body is held until then: retries resend it).
+func (l *bodyLedger) release(p *pacedBody) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.uncount(p)
 }
 
 // held is the memory request bodies are charged for now.

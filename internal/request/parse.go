@@ -138,7 +138,7 @@ func ParseFrom(kind Kind, r io.Reader, size int64, buf []byte, opts Options) (*R
 	if size > 0 {
 		hint = int(size)
 	}
-	return parse(kind, scanner{data: buf[:0], src: r, limit: opts.MaxBodyBytes}, hint, opts)
+	return parse(kind, scanner{data: buf[:0], src: r, limit: opts.MaxBodyBytes, want: int(max(size, 0))}, hint, opts)
 }
 
 // parse runs one parse over s; sizeHint (the body's size if known) only
@@ -153,6 +153,16 @@ func parse(kind Kind, s scanner, sizeHint int, opts Options) (*Request, []byte, 
 			blocks: make([]uint64, 0, sizeHint/opts.BlockBytes+1)}
 	}
 	err := p.parse()
+	if rerr := p.s.readErr; err == nil && len(p.front) > 0 && p.s.dropped > 0 && (rerr == nil || rerr == io.EOF) {
+		// The rendering must be rebuilt with the front first, and part of
+		// it was let go while the body arrived: render the whole body
+		// again, now that it is all here.
+		if cap(p.s.out) <= 8<<20 {
+			*bufp = p.s.out[:0]
+			renderPool.Put(bufp)
+		}
+		return parse(kind, scanner{data: p.s.data, limit: p.s.limit}, sizeHint, opts)
+	}
 	if err == nil && len(p.front) > 0 {
 		// Instructions and tools come before the input, wherever the JSON
 		// put them: the rendering is rebuilt and hashed again.
@@ -178,7 +188,7 @@ func parse(kind Kind, s scanner, sizeHint int, opts Options) (*Request, []byte, 
 	}
 	req := &p.req
 	bpt := opts.BytesPerToken
-	req.PromptTokens = p.promptTokens + (len(rendered)-p.tokenBytes+bpt-1)/bpt
+	req.PromptTokens = p.promptTokens + (p.s.dropped+len(rendered)-p.tokenBytes+bpt-1)/bpt
 	req.BlockTokens = max(opts.BlockBytes/bpt, 1)
 	if kind.Generates() {
 		p.chain.hash(rendered)

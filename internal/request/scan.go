@@ -29,17 +29,49 @@ type scanner struct {
 
 	src     io.Reader // nil when data is the whole document
 	limit   int       // most bytes src may supply
+	want    int       // the size src declared (0: not declared); data grows to it at once
 	readErr error     // sticky: io.EOF once src has ended, or why reading failed
 
-	out   []byte      // the canonical rendering, appended to as strings are decoded
-	chain *blockChain // hashes complete blocks of out before each read; may be nil
+	// out is the canonical rendering, appended to as strings are decoded.
+	// While src is read, its first dropped bytes are let go once hashed
+	// (see compact): a body held while it arrives costs its own bytes, not
+	// its rendering's too.
+	out     []byte
+	dropped int
+	chain   *blockChain // hashes complete blocks of out before each read; may be nil
+}
+
+// compactAt is how much hashed rendering more lets go of at once: renderings
+// shorter than this are never compacted (nor, when they have instructions
+// or tools to put first, rendered twice: see parse).
+const compactAt = 1 << 20
+
+// compact lets go of the rendering's bytes that are hashed (all of them
+// when nothing is hashed), keeping their count in dropped.
+func (s *scanner) compact() {
+	done := len(s.out)
+	if s.chain != nil {
+		done = s.chain.hashed
+	}
+	if done < compactAt {
+		return
+	}
+	s.out = s.out[:copy(s.out, s.out[done:])]
+	s.dropped += done
+	if s.chain != nil {
+		s.chain.hashed = 0
+	}
 }
 
 // maxDepth bounds nesting so hostile input cannot exhaust the stack.
 const maxDepth = 64
 
-// readChunk is the least spare room more reads into.
-const readChunk = 32 << 10
+// readChunk is the least spare room more reads into; maxRead the most
+// one read takes.
+const (
+	readChunk = 32 << 10
+	maxRead   = 256 << 10
+)
 
 // syntaxError is a malformed-JSON error with the byte offset where it was found.
 type syntaxError struct {
@@ -66,11 +98,24 @@ func (s *scanner) more() bool {
 	if s.chain != nil {
 		s.chain.hash(s.out)
 	}
+	s.compact()
 	for {
-		if cap(s.data)-len(s.data) < readChunk {
-			s.data = slices.Grow(s.data, max(readChunk, cap(s.data))) // doubles: a body costs what arrived, not what it declared
+		if spare := cap(s.data) - len(s.data); spare < readChunk {
+			switch {
+			case s.want > len(s.data):
+				// A declared body (its memory is reserved before it is
+				// read) grows to its size at once, with room to see its
+				// end: no copies, no slack.
+				s.data = slices.Grow(s.data, s.want+1-len(s.data))
+			case s.want > 0 && spare > 0:
+				// All that was declared is in: the room left sees the end.
+			default:
+				s.data = slices.Grow(s.data, max(readChunk, cap(s.data))) // doubles: an undeclared body costs what arrived
+			}
 		}
-		room := min(cap(s.data), s.limit+1) // one byte past the limit tells an oversized body
+		// One byte past the limit tells an oversized body; at most maxRead
+		// at a time keeps what a read renders (and hashes) small.
+		room := min(cap(s.data), s.limit+1, len(s.data)+maxRead)
 		n, err := s.src.Read(s.data[len(s.data):room])
 		s.data = s.data[:len(s.data)+n]
 		if len(s.data) > s.limit {
