@@ -298,6 +298,7 @@ type costSolution struct {
 	daily          float64
 	reserved       []float64
 	onDemand, spot map[int][]float64
+	started        bool // the simplex began at costBasis's vertex (else it found one)
 }
 
 // flowTieBreak is what one request/s carried over one second of RTT
@@ -446,11 +447,66 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 			b[pinRow+k] = float64(fixed[j])
 		}
 	}
-	_, xs, err := lp.Simplex(c, A, b, 1e-10, nil)
+	// A feasible starting vertex, so the simplex skips its phase 1 (half
+	// its time): every demand served at home (or its first server), and
+	// each region's hours covered by renting, else by its reservation.
+	start := costBasis{rows: rows, capRow: capRow, pinRow: pinRow, slackCol: slackCol, R: R, nhours: len(hours)}
+	start.flows = make([]int, len(goods))
+	for g, good := range goods {
+		server := good.servers[0]
+		for _, j := range good.servers {
+			if j == good.origin {
+				server = j
+			}
+		}
+		for fi, f := range fvars {
+			if f.good == g && f.j == server {
+				start.flows[g] = flowCol + fi
+			}
+		}
+	}
+	start.load = make([]float64, len(hours)*R) // in replicas
+	for k := range hours {
+		for j := range R {
+			start.load[k*R+j] = only[[2]int{k, j}] / in.capacity(j)
+		}
+	}
+	for g, good := range goods {
+		j := fvars[start.flows[g]-flowCol].j
+		start.load[good.h*R+j] += good.demand / in.capacity(j)
+	}
+	start.rent = make([]int, len(hours)*R)
+	start.rentScale = make([]float64, len(hours)*R)
+	for i := range start.rent {
+		start.rent[i] = -1
+	}
+	for _, v := range spotVars {
+		if keep := 1 - in.Regions[v.j].Price.SpotPreemption; keep > 0 {
+			i := hourIndex[v.h]*R + v.j
+			start.rent[i], start.rentScale[i] = v.col, keep
+		}
+	}
+	for _, v := range onDemandVars { // preferred to spot
+		i := hourIndex[v.h]*R + v.j
+		start.rent[i], start.rentScale[i] = v.col, 1
+	}
+	start.pinned = make([]int, R)
+	for j := range start.pinned {
+		start.pinned[j] = -1
+	}
+	for k, j := range pinned {
+		start.pinned[j] = k
+	}
+	start.fixed = fixed
+	var basis []int
+	if startAtBasis {
+		basis = start.basis()
+	}
+	xs, started, err := simplexFrom(c, A, b, basis)
 	if err != nil {
 		return costSolution{}, err
 	}
-	sol := costSolution{reserved: xs[:R], onDemand: map[int][]float64{}, spot: map[int][]float64{}}
+	sol := costSolution{reserved: xs[:R], onDemand: map[int][]float64{}, spot: map[int][]float64{}, started: started}
 	for _, h := range hours {
 		sol.onDemand[h], sol.spot[h] = make([]float64, R), make([]float64, R)
 	}
@@ -547,4 +603,123 @@ func (in *Input) rentFor(reserved []int) (rentals, float64, bool) {
 		}
 	}
 	return rent, daily, true
+}
+
+// costBasis builds a feasible basis of costLP's program: each demand row's
+// chosen flow (flows), and for each (hour, region) capacity row the
+// variable that covers its load (load, in replicas): the hour's rental
+// (rent, its column, or −1; rentScale its replicas per unit), else the
+// slack under the region's pinned or all-day reservation.
+type costBasis struct {
+	rows, capRow, pinRow, slackCol, R, nhours int
+	flows                                     []int
+	load                                      []float64
+	rent                                      []int
+	rentScale                                 []float64
+	pinned                                    []int // region → its pin row's index, or −1
+	fixed                                     []int // the pinned reservations; nil: pinned to 0
+}
+
+// basis is the basis's columns, or nil when this construction has none
+// (some hour's load has nothing to cover it): the simplex then finds one.
+func (cb costBasis) basis() []int {
+	basic := make([]int, 0, cb.rows)
+	basic = append(basic, cb.flows...)
+	var pins []int
+	for j := range cb.R {
+		if cb.pinned[j] >= 0 {
+			pins = append(pins, j)
+		}
+	}
+	for j := range cb.R {
+		reserved := 0.0
+		if cb.pinned[j] >= 0 && cb.fixed != nil {
+			reserved = float64(cb.fixed[j])
+		}
+		peak := -1 // the hour an unpinned region's own reservation is basic in
+		if cb.pinned[j] < 0 {
+			for k := range cb.nhours {
+				if cb.rent[k*cb.R+j] < 0 && (peak < 0 || cb.load[k*cb.R+j] > cb.load[peak*cb.R+j]) {
+					peak = k
+				}
+			}
+			if peak >= 0 {
+				for k := range cb.nhours { // the reservation covers every hour without rentals
+					if cb.rent[k*cb.R+j] < 0 {
+						reserved = max(reserved, cb.load[k*cb.R+j])
+					}
+				}
+			}
+		}
+		for k := range cb.nhours {
+			i := k*cb.R + j
+			switch {
+			case k == peak:
+				basic = append(basic, j) // x_j
+			case cb.load[i] <= reserved+1e-12 && (cb.pinned[j] >= 0 || peak >= 0 || cb.rent[i] < 0):
+				basic = append(basic, cb.slackCol+i)
+			case cb.rent[i] >= 0:
+				basic = append(basic, cb.rent[i])
+			default:
+				return nil
+			}
+		}
+	}
+	basic = append(basic, pins...)
+	if len(basic) != cb.rows {
+		return nil
+	}
+	return basic
+}
+
+// startAtBasis: costLP starts its simplex at costBasis's vertex (tests
+// turn it off to compare with gonum's phase 1).
+var startAtBasis = true
+
+// simplexFrom solves min cᵀx, Ax = b, x ≥ 0 from the basis given, if it is
+// a feasible one (checked here: gonum panics on one that is not), else
+// from the vertex gonum's phase 1 finds; started says which.
+func simplexFrom(c []float64, A *mat.Dense, b []float64, basis []int) (xs []float64, started bool, err error) {
+	if basis != nil && feasibleBasis(A, b, basis) {
+		func() {
+			defer func() {
+				if recover() != nil { // singular after all: phase 1
+					xs, err = nil, errRetry
+				}
+			}()
+			_, xs, err = lp.Simplex(c, A, b, 1e-10, basis)
+		}()
+		if err != errRetry {
+			return xs, true, err
+		}
+	}
+	_, xs, err = lp.Simplex(c, A, b, 1e-10, nil)
+	return xs, false, err
+}
+
+var errRetry = errors.New("plan: retry without a starting basis")
+
+// feasibleBasis reports whether basis's columns of A solve Ax = b with
+// x ≥ 0.
+func feasibleBasis(A *mat.Dense, b []float64, basis []int) bool {
+	m := len(b)
+	if len(basis) != m {
+		return false
+	}
+	B := mat.NewDense(m, m, nil)
+	for k, col := range basis {
+		for i := range m {
+			B.Set(i, k, A.At(i, col))
+		}
+	}
+	var x mat.VecDense
+	if err := x.SolveVec(B, mat.NewVecDense(m, slices.Clone(b))); err != nil {
+		return false
+	}
+	for i := range m {
+		if x.AtVec(i) < -1e-9 {
+			return false
+		}
+	}
+	return true
 }

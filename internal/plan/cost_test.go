@@ -2,6 +2,7 @@ package plan
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,5 +212,55 @@ func TestEqualPricesReserveNearTheDemand(t *testing.T) {
 	}
 	if most-least > 2 {
 		t.Errorf("reserved %d / %d / %d for three equal regions: want it spread with the demand", cp.Regions[0].Reserved, cp.Regions[1].Reserved, cp.Regions[2].Reserved)
+	}
+}
+
+// The cost LP starts its simplex at a vertex it builds (demand served at
+// home, hours covered by rentals or the reservation) instead of gonum's
+// phase 1, and ends where phase 1 would have: the same day's cost, on
+// programs that rent, that cannot rent in a region, out of reach, with a
+// resident share, and with the reservation fixed (one hour's LP).
+func TestTheCostLPStartsAtAFeasibleVertex(t *testing.T) {
+	rents := twoRegions(spike(5), spike(1))
+	rents.Regions[0].Price, rents.Regions[1].Price = priceAt(1, 2), priceAt(1, 2)
+	noRent := rents
+	noRent.Regions = slices.Clone(rents.Regions)
+	noRent.Regions[0].Price = priceAt(1, 0)
+	apart := noRent
+	apart.MaxWANRTT = 10 * time.Millisecond
+	resident := rents
+	resident.Regions = slices.Clone(rents.Regions)
+	resident.Regions[0].ResidencyShare, resident.Regions[1].ResidencyShare = 0.5, 0.5
+	cases := []struct {
+		name  string
+		in    Input
+		fixed []int
+		hours []int
+	}{
+		{"both rent", rents, nil, allHours()},
+		{"east cannot rent", noRent, nil, allHours()},
+		{"east cannot rent, out of reach", apart, nil, allHours()},
+		{"half the demand resident", resident, nil, allHours()},
+		{"reservation fixed, the peak hour", noRent, []int{5, 1}, []int{12}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := costLP(tc.in, tc.fixed, tc.hours)
+			if err != nil {
+				t.Fatal(err)
+			}
+			startAtBasis = false
+			want, err := costLP(tc.in, tc.fixed, tc.hours)
+			startAtBasis = true
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.started || want.started {
+				t.Errorf("started at the built vertex: %v (with it), %v (without); want true, false", got.started, want.started)
+			}
+			if !near(got.daily, want.daily) {
+				t.Errorf("day's cost from the built vertex $%.4f, from phase 1 $%.4f", got.daily, want.daily)
+			}
+		})
 	}
 }
