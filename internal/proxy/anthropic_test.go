@@ -41,6 +41,7 @@ var oneMessage = anthropic.MessageNewParams{Model: "m", MaxTokens: 200,
 // overloaded_error when no replica can take it — and the official SDK
 // retries each.
 func TestAnthropicClientRetriesTheProxysRefusals(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	t.Run("429", func(t *testing.T) {
 		url, release := heldBackend(t)
 		addr := serveOne(t, []string{url}, func(c *Config) {

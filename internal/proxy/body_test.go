@@ -115,6 +115,7 @@ func readResponse(t *testing.T, conn net.Conn) (*http.Response, string) {
 // A body dribbled at 1 byte per 100 ms is cut off at its deadline with a
 // 408: the proxy's goroutine and buffer are freed and nothing goes upstream.
 func TestASlowBodyIsCutOffAtItsDeadline(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	backend, upstream := countingBackend(t)
 	addr := serveOne(t, []string{backend.URL}, func(c *Config) { c.BodyTimeout, c.MinBodyRate = 500*time.Millisecond, 1<<10 })
 	conn, err := net.Dial("tcp", addr)
@@ -461,6 +462,7 @@ func TestAForwardKeepsTheClassItsOriginAdmitted(t *testing.T) {
 // the offset is unknown, and taken once the mesh has measured it: the
 // marker's time is read through the origin's clock.
 func TestAMarkerIsReadThroughItsOriginsClock(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	const ahead = 30 * time.Second
 	backend, _ := countingBackend(t)
 	body := `{"messages":[{"role":"user","content":"from a skewed clock"}]}`

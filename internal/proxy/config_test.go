@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math"
 	"math/big"
 	"os"
@@ -246,10 +247,51 @@ func FuzzConfigYAML(f *testing.F) {
 	})
 }
 
+// A scrape parses only the families it reads (an engine's page is mostly
+// histograms it does not): the load it reads is what parsing the whole
+// page gives, and a histogram line is never handed to the parser.
+func TestTheScrapeParsesOnlyWhatItReads(t *testing.T) {
+	for _, name := range []string{"testdata/engine-metrics.txt", "testdata/vllm-dp2-metrics.txt", "testdata/vllm-lora-metrics.txt"} {
+		page, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole, err := metricFamilies(page)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		got, err := parseEngineMetrics(bytes.NewReader(page))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if want := metricsOf(whole); fmt.Sprint(got) != fmt.Sprint(want) || !got.Known {
+			t.Errorf("%s: read %+v from the understood lines, %+v from the whole page", name, got, want)
+		}
+		if kept := onlyUnderstood(page); bytes.Contains(kept, []byte("_bucket")) || len(kept) >= len(page) && bytes.Contains(page, []byte("_bucket")) {
+			t.Errorf("%s: %d of %d bytes kept for the parser, histograms included", name, len(kept), len(page))
+		}
+	}
+}
+
+// BenchmarkParseEngineMetrics is one scrape of a simulated vLLM engine's
+// page (what every proxy does ten times a second per replica).
+func BenchmarkParseEngineMetrics(b *testing.B) {
+	page, err := os.ReadFile("testdata/engine-metrics.txt")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := parseEngineMetrics(bytes.NewReader(page)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 func FuzzEngineMetrics(f *testing.F) {
 	f.Add([]byte("vllm:num_requests_waiting{engine=\"0\"} 3\n"))
 	f.Add([]byte("vllm:num_requests_waiting NaN\nvllm:kv_cache_usage_perc{engine=\"1\"} NaN\nvllm:num_requests_running 1e300\n"))
-	for _, name := range []string{"testdata/vllm-dp2-metrics.txt", "testdata/vllm-lora-metrics.txt"} {
+	for _, name := range []string{"testdata/vllm-dp2-metrics.txt", "testdata/vllm-lora-metrics.txt", "testdata/engine-metrics.txt"} {
 		if page, err := os.ReadFile(name); err == nil {
 			f.Add(page)
 		}

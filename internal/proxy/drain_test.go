@@ -39,6 +39,7 @@ func slowBackend(t *testing.T, d time.Duration) *httptest.Server {
 // cannot finish before its deadline with 503 and a Retry-After. No request
 // is cut off without a status.
 func TestADrainServesOrAnswersEveryRequestItHolds(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	backend := slowBackend(t, 200*time.Millisecond)
 	p := startSolo(t, []string{backend.URL}, func(c *Config) {
 		c.MaxInFlight, c.DrainTimeout, c.TTFTObjective = 1, 2*time.Second, 0
@@ -109,6 +110,7 @@ func TestADrainServesOrAnswersEveryRequestItHolds(t *testing.T) {
 // and the replica is not blamed for it. Without this the server's final
 // close cut both off with no word.
 func TestADrainEndsWhatIsStillInFlightWithAStatusOrAnErrorEvent(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	// A very long answer; one failure would eject the replica.
 	engine := stallingBackend(t, "data: {\"choices\":[{\"delta\":{\"content\":\"once\"}}]}\n\n")
 	p := startSolo(t, []string{engine.URL}, func(c *Config) { c.DrainTimeout, c.EjectAfter = 2*time.Second, 1 })

@@ -43,6 +43,7 @@ func (s *syncBuffer) String() string {
 // burst at us-east is held in the balancer and partly forwarded rather
 // than piled into the engines; and each replica is warned about once.
 func TestEnginesWithoutMetricsAreHeldAndForwardedWithTheDefaults(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	var logs syncBuffer
 	p, _ := profile.Lookup("llama3-8b-a100")
 	c := nodetest.Start(t, nodetest.Options{EnginesPerRegion: 2, Logger: slog.New(slog.NewTextHandler(&logs, nil)),

@@ -12,6 +12,7 @@ import (
 // client asks for (header or metadata) is bounded by
 // SKYWALKER_PRIORITY_CLASS_MAX; asking for less urgency is always allowed.
 func TestClientsAskForCriticalOnlyWhereTheOperatorLetsThem(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	engine, served := countingBackend(t)
 	strict := serveOne(t, []string{engine.URL}, nil)
 	trusting := serveOne(t, []string{engine.URL}, func(c *Config) { c.PriorityClassMax = "critical" })

@@ -200,6 +200,8 @@ func TestAClientThatNeverReadsIsCut(t *testing.T) {
 // cut at the write timeout and the request counts as cancelled, never as
 // the engine's failure.
 func TestAClientThatStopsReadingIsNotTheEnginesStall(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
+
 	backend, _ := longStream(t, 4096) // 4 MiB: more than the 64 KiB buffer
 	p := startSolo(t, []string{backend}, func(c *Config) {
 		c.WriteTimeout, c.ResponseBuffer, c.StallTimeout = 3*time.Second, 64<<10, 200*time.Millisecond

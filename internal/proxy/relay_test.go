@@ -24,6 +24,7 @@ import (
 // the moment it has this answer finds the replica free. An engine that
 // keeps a stream's connection open after [DONE] must not keep the slot.
 func TestTheReplicaIsFreeOnceTheClientHasItsAnswer(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	whole, _ := countingBackend(t)
 	lingering := stallingBackend(t, "data: {\"choices\":[{\"delta\":{\"content\":\"ok\"}}]}\n\ndata: [DONE]\n\n")
 	tests := []struct {
@@ -77,6 +78,7 @@ func (p staticPeers) Peers() []region.Peer { return p }
 // say), and it counts in this region's demand (`plan --from` used to miss
 // every failed forward).
 func TestAFailedForwardIsServedHereAsALocalRequest(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	for _, status := range []int{503, 429, 404, 403, 400} {
 		t.Run(http.StatusText(status), func(t *testing.T) { forwardRefused(t, status) })
 	}
@@ -176,6 +178,7 @@ func forwardRefused(t *testing.T, status int) {
 // With no healthy replica and no peer, a request is answered 503 with a
 // Retry-After at once, as the README says — not held until it is shed.
 func TestNoHealthyReplicaIsA503AtOnce(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	dead := httptest.NewServer(http.NotFoundHandler())
 	url := dead.URL
 	dead.Close() // nothing listens: health checks and requests fail
@@ -199,6 +202,7 @@ func TestNoHealthyReplicaIsA503AtOnce(t *testing.T) {
 // claims: a member that claims "eu" gets no EU-resident request unless
 // peer_jurisdictions grants it eu.
 func TestAClaimedJurisdictionIsNotTrusted(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	for _, granted := range []bool{false, true} {
 		var peerHits atomic.Int64
 		peer := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -276,6 +280,7 @@ func TestTheOutboundRequestDropsHopByHopHeaders(t *testing.T) {
 // skywalker_forward_wasted_total{why="first_byte_timeout"}, and the
 // request is served here.
 func TestAForwardCutAtItsDeadlineIsCancelledAtThePeerAndCounted(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	arrived, cancelled := make(chan time.Time, 4), make(chan time.Time, 4)
 	p, post, first, release := busyWithIdlePeer(t, func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"math"
@@ -27,6 +28,80 @@ var (
 	kvNames      = []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"}
 )
 
+// understood is every family parseEngineMetrics reads.
+var understood = func() map[string]bool {
+	names := map[string]bool{"vllm:cache_config_info": true, "vllm:lora_requests_info": true}
+	for _, list := range [][]string{waitingNames, runningNames, kvNames} {
+		for _, n := range list {
+			names[n] = true
+		}
+	}
+	return names
+}()
+
+// onlyUnderstood keeps the lines of a metrics page that parseEngineMetrics
+// reads — the understood families' samples and their HELP and TYPE — and
+// whatever it cannot tell is a metric's (the parser then says what is
+// wrong with it): an engine's page is mostly histograms the proxy does not
+// read (vLLM's TTFT, latency and token histograms), and parsing them was
+// most of a scrape's cost, ten times a second per replica.
+func onlyUnderstood(page []byte) []byte {
+	out := page[:0:0]
+	for len(page) > 0 {
+		line := page
+		if i := bytes.IndexByte(page, '\n'); i >= 0 {
+			line, page = page[:i+1], page[i+1:]
+		} else {
+			page = nil
+		}
+		name, ok := lineMetric(line)
+		if !ok || understood[string(name)] { // no allocation: the compiler looks the bytes up
+			out = append(out, line...)
+		}
+	}
+	return out
+}
+
+// lineMetric is the family a line of a text exposition belongs to: a
+// sample's metric name, or the name a HELP or TYPE comment is about. ok
+// is false when the line is not plainly either (the parser judges it);
+// other comments and blank lines belong to no family (nil, true).
+func lineMetric(line []byte) (name []byte, ok bool) {
+	text := bytes.TrimSpace(line)
+	if len(text) == 0 {
+		return nil, true
+	}
+	if text[0] == '#' {
+		rest := bytes.TrimLeft(text[1:], " \t")
+		for _, kw := range [...]string{"HELP", "TYPE"} {
+			if after, found := bytes.CutPrefix(rest, []byte(kw)); found && len(after) > 0 && (after[0] == ' ' || after[0] == '\t') {
+				after = bytes.TrimLeft(after, " \t")
+				end := bytes.IndexAny(after, " \t")
+				if end < 0 {
+					end = len(after)
+				}
+				return after[:end], validName(after[:end])
+			}
+		}
+		return nil, true
+	}
+	end := bytes.IndexAny(text, "{ \t")
+	if end < 0 {
+		end = len(text)
+	}
+	return text[:end], validName(text[:end])
+}
+
+// validName reports whether b is a metric name in the classic charset.
+func validName(b []byte) bool {
+	for i, c := range b {
+		if !(c == '_' || c == ':' || 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || i > 0 && '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
 // parseEngineMetrics reads a Prometheus text exposition. A page without
 // any known name is not an error: the replica is balanced on the proxy's
 // own in-flight counts instead.
@@ -40,11 +115,29 @@ var (
 // (Waiting), and every other request the engines hold counts as running
 // (Running), so Waiting + Running is all the replica holds.
 func parseEngineMetrics(r io.Reader) (region.Metrics, error) {
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(io.LimitReader(r, maxScrapeBytes))
+	page, err := io.ReadAll(io.LimitReader(r, maxScrapeBytes))
 	if err != nil {
-		return region.Metrics{}, fmt.Errorf("parse metrics: %w", err)
+		return region.Metrics{}, fmt.Errorf("read metrics: %w", err)
 	}
+	families, err := metricFamilies(onlyUnderstood(page))
+	if err != nil {
+		return region.Metrics{}, err
+	}
+	return metricsOf(families), nil
+}
+
+// metricFamilies parses a text exposition.
+func metricFamilies(page []byte) (map[string]*dto.MetricFamily, error) {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(page))
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	return families, nil
+}
+
+// metricsOf reads a replica's load from its engines' metric families.
+func metricsOf(families map[string]*dto.MetricFamily) region.Metrics {
 	var m region.Metrics
 	waiting, okW := perEngine(families, waitingNames)
 	running, okR := perEngine(families, runningNames)
@@ -108,7 +201,7 @@ func parseEngineMetrics(r io.Reader) (region.Metrics, error) {
 		m.KVBlocks += int(n)
 	}
 	m.MaxLoRAs, m.RunningAdapters = loraInfo(families["vllm:lora_requests_info"])
-	return m, nil
+	return m
 }
 
 // loraInfo reads vllm:lora_requests_info: the engine's adapter slots

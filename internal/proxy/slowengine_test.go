@@ -93,6 +93,7 @@ func oneThreadEngine(t *testing.T, prefill time.Duration) *httptest.Server {
 // served, or refused at once with a 429 that names its cause; none is
 // admitted and then timed out or shed; the learned cap is 1.
 func TestASlowEngineIsWaitedForAndABurstRefusedAtOnce(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	engine := oneThreadEngine(t, 3*time.Second)
 	p := startSolo(t, []string{engine.URL}, nil)
 	for _, phase := range []string{"cold", "learned"} {

@@ -94,6 +94,7 @@ func stallingBackend(t *testing.T, events string) *httptest.Server {
 // replica is ejected by the passive rule, so later requests go straight
 // to the good one.
 func TestAHungReplicaIsTimedOutRetriedAndEjected(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	hung, sentToHung := hungBackend(t)
 	good, _ := countingBackend(t)
 	p := startSolo(t, []string{hung.URL, good.URL}, func(c *Config) { c.FirstByteTimeout = 300 * time.Millisecond })
@@ -252,6 +253,7 @@ func slowHealthBackend(t *testing.T) *httptest.Server {
 // it stays in service through more failed checks than eject it, and
 // serves the next request.
 func TestAReplicaSlowToHealthButAnsweringStaysIn(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	p := startSolo(t, []string{slowHealthBackend(t).URL}, nil)
 	ejectAfter := DefaultConfig().EjectAfter
 	testwait.Holds(t, time.Duration(ejectAfter+1)*healthTimeout+time.Second, "the replica stays in service", func() (bool, string) {
@@ -274,6 +276,7 @@ func TestAReplicaSlowToHealthButAnsweringStaysIn(t *testing.T) {
 // when the health checks eject it, those still waiting there are retried
 // on the healthy replica at once.
 func TestRequestsWaitingAtAnEjectedReplicaGoElsewhere(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	var reached atomic.Int64
 	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
@@ -325,6 +328,7 @@ func TestRequestsWaitingAtAnEjectedReplicaGoElsewhere(t *testing.T) {
 // replica sent no first byte in time tells the client the time waited,
 // how the timeout was set, and the setting for an engine slower than that.
 func TestATimeoutSaysWhichSettingToChange(t *testing.T) {
+	t.Parallel() // it waits on time, not on the CPU: beside the others
 	tests := []struct {
 		name       string
 		configured time.Duration
