@@ -113,8 +113,9 @@ func TestPlanRejectsBadFlags(t *testing.T) {
 	}
 }
 
+// A plan whose demand comes from a trace, on a small scenario's regions.
 func TestPlanFromATrace(t *testing.T) {
-	out, err := run(t, "plan", "--scenario", "diurnal-3region", "--trace", "azure_conv_2023.csv", "--trace-scale", "24", "--format", "json")
+	out, err := run(t, "plan", "--scenario", "../../internal/eval/testdata/two-regions.yaml", "--trace", "azure_conv_2023.csv", "--trace-scale", "24", "--format", "json")
 	if err != nil {
 		if strings.Contains(err.Error(), "trace") {
 			t.Skipf("traces not available: %v", err)
@@ -124,9 +125,25 @@ func TestPlanFromATrace(t *testing.T) {
 	var got struct {
 		Isolated   int `json:"isolated_replicas"`
 		Aggregated int `json:"aggregated_replicas"`
+		Cost       struct {
+			Regions []struct {
+				Profile        string `json:"profile"`
+				CapacitySource string `json:"capacity_source"`
+			} `json:"regions"`
+		} `json:"cost"`
 	}
 	if err := json.Unmarshal([]byte(out), &got); err != nil || got.Isolated == 0 || got.Aggregated > got.Isolated {
 		t.Errorf("plan from a trace: %+v %v", got, err)
+	}
+	// Only the demand comes from the trace: the scenario's hardware and
+	// capacity stay (they were dropped, and the fleet priced as L4s).
+	for _, r := range got.Cost.Regions {
+		if r.Profile != "llama3-8b-h100" || !strings.Contains(r.CapacitySource, "plan_capacity") {
+			t.Errorf("a region planned from a trace: profile %q, capacity from %q; want the scenario's llama3-8b-h100 and plan_capacity", r.Profile, r.CapacitySource)
+		}
+	}
+	if len(got.Cost.Regions) != 2 {
+		t.Errorf("%d regions in the cost plan, want the scenario's 2", len(got.Cost.Regions))
 	}
 }
 

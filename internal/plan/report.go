@@ -88,8 +88,14 @@ func FromScenarioTrace(base Input, s *sim.Scenario, path string, scale float64) 
 	if err != nil {
 		return Input{}, err
 	}
-	in.RTT, in.MaxWANRTT, in.Objective, in.TTFT = base.RTT, base.MaxWANRTT, base.Objective, base.TTFT
-	return in, nil
+	// Everything but the demand is the scenario's: its links, objective,
+	// residency, hardware, capacities and prices.
+	out := base
+	out.Regions = slices.Clone(base.Regions)
+	for i := range out.Regions { // both list the scenario's regions in its order
+		out.Regions[i].Demand = in.Regions[i].Demand
+	}
+	return out, nil
 }
 
 // WriteTable prints the cost plan: the options side by side, then each
