@@ -451,24 +451,17 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 	// its time): every demand served at home (or its first server), and
 	// each region's hours covered by renting, else by its reservation.
 	start := costBasis{rows: rows, capRow: capRow, pinRow: pinRow, slackCol: slackCol, R: R, nhours: len(hours)}
-	start.flows = make([]int, len(goods))
-	for g, good := range goods {
-		server := good.servers[0]
-		for _, j := range good.servers {
-			if j == good.origin {
-				server = j
-			}
-		}
-		for fi, f := range fvars {
-			if f.good == g && f.j == server {
-				start.flows[g] = flowCol + fi
-			}
-		}
-	}
 	start.load = make([]float64, len(hours)*R) // in replicas
 	for k := range hours {
 		for j := range R {
 			start.load[k*R+j] = only[[2]int{k, j}] / in.capacity(j)
+		}
+	}
+	start.flows = make([]int, len(goods))
+	for fi, f := range fvars { // a good's flow home, else to its first server
+		good := goods[f.good]
+		if f.j == good.origin || start.flows[f.good] == 0 {
+			start.flows[f.good] = flowCol + fi
 		}
 	}
 	for g, good := range goods {
@@ -476,19 +469,16 @@ func costLP(in Input, fixed []int, hours []int) (costSolution, error) {
 		start.load[good.h*R+j] += good.demand / in.capacity(j)
 	}
 	start.rent = make([]int, len(hours)*R)
-	start.rentScale = make([]float64, len(hours)*R)
 	for i := range start.rent {
 		start.rent[i] = -1
 	}
 	for _, v := range spotVars {
-		if keep := 1 - in.Regions[v.j].Price.SpotPreemption; keep > 0 {
-			i := hourIndex[v.h]*R + v.j
-			start.rent[i], start.rentScale[i] = v.col, keep
+		if 1-in.Regions[v.j].Price.SpotPreemption > 0 {
+			start.rent[hourIndex[v.h]*R+v.j] = v.col
 		}
 	}
 	for _, v := range onDemandVars { // preferred to spot
-		i := hourIndex[v.h]*R + v.j
-		start.rent[i], start.rentScale[i] = v.col, 1
+		start.rent[hourIndex[v.h]*R+v.j] = v.col
 	}
 	start.pinned = make([]int, R)
 	for j := range start.pinned {
@@ -608,14 +598,13 @@ func (in *Input) rentFor(reserved []int) (rentals, float64, bool) {
 // costBasis builds a feasible basis of costLP's program: each demand row's
 // chosen flow (flows), and for each (hour, region) capacity row the
 // variable that covers its load (load, in replicas): the hour's rental
-// (rent, its column, or −1; rentScale its replicas per unit), else the
-// slack under the region's pinned or all-day reservation.
+// (rent, its column, or −1), else the slack under the region's pinned or
+// all-day reservation.
 type costBasis struct {
 	rows, capRow, pinRow, slackCol, R, nhours int
 	flows                                     []int
 	load                                      []float64
 	rent                                      []int
-	rentScale                                 []float64
 	pinned                                    []int // region → its pin row's index, or −1
 	fixed                                     []int // the pinned reservations; nil: pinned to 0
 }
@@ -676,14 +665,14 @@ func (cb costBasis) basis() []int {
 // turn it off to compare with gonum's phase 1).
 var startAtBasis = true
 
-// simplexFrom solves min cᵀx, Ax = b, x ≥ 0 from the basis given, if it is
-// a feasible one (checked here: gonum panics on one that is not), else
+// simplexFrom solves min cᵀx, Ax = b, x ≥ 0 from the basis given, else
+// (none, or one gonum finds singular or infeasible: it panics on those)
 // from the vertex gonum's phase 1 finds; started says which.
 func simplexFrom(c []float64, A *mat.Dense, b []float64, basis []int) (xs []float64, started bool, err error) {
-	if basis != nil && feasibleBasis(A, b, basis) {
+	if basis != nil {
 		func() {
 			defer func() {
-				if recover() != nil { // singular after all: phase 1
+				if recover() != nil {
 					xs, err = nil, errRetry
 				}
 			}()
@@ -698,28 +687,3 @@ func simplexFrom(c []float64, A *mat.Dense, b []float64, basis []int) (xs []floa
 }
 
 var errRetry = errors.New("plan: retry without a starting basis")
-
-// feasibleBasis reports whether basis's columns of A solve Ax = b with
-// x ≥ 0.
-func feasibleBasis(A *mat.Dense, b []float64, basis []int) bool {
-	m := len(b)
-	if len(basis) != m {
-		return false
-	}
-	B := mat.NewDense(m, m, nil)
-	for k, col := range basis {
-		for i := range m {
-			B.Set(i, k, A.At(i, col))
-		}
-	}
-	var x mat.VecDense
-	if err := x.SolveVec(B, mat.NewVecDense(m, slices.Clone(b))); err != nil {
-		return false
-	}
-	for i := range m {
-		if x.AtVec(i) < -1e-9 {
-			return false
-		}
-	}
-	return true
-}

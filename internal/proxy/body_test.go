@@ -301,8 +301,7 @@ func TestTheBodyBudgetIsSharedFairlyByAddress(t *testing.T) {
 	}
 	answers := make(chan answer, 8)
 	send := func(hog int) {
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(hog))}}
-		conn, err := d.Dial("tcp", p.addr)
+		conn, err := dialerFrom(net.IPv4(127, 0, 0, byte(hog))).Dial("tcp", p.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +351,7 @@ func TestTheBodyBudgetIsSharedFairlyByAddress(t *testing.T) {
 	default:
 	}
 	// A holder over its share that asks for more is refused, and cuts nothing.
-	conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 4)}}).Dial("tcp", p.addr)
+	conn, err := dialerFrom(net.IPv4(127, 0, 0, 4)).Dial("tcp", p.addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -479,7 +479,13 @@ func withheldUploads(t *testing.T) *tally {
 // fromAddress is an HTTP client whose connections come from ip (another
 // loopback address is another client to the proxy).
 func fromAddress(ip net.IP) *http.Client {
-	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}).DialContext}}
+	return &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: dialerFrom(ip).DialContext}}
+}
+
+// dialerFrom dials from a loopback address of its own: another client to
+// the proxy.
+func dialerFrom(ip net.IP) *net.Dialer {
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}
 }
 
 // swallower is a peer proxy that takes every forwarded request and never

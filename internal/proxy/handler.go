@@ -56,7 +56,7 @@ func (s *Server) completion(kind request.Kind) http.HandlerFunc {
 		bufp := bodyBuffers.get(r.ContentLength)
 		req, body, err := request.ParseFrom(kind, paced, r.ContentLength, *bufp,
 			request.Options{MaxBodyBytes: s.cfg.MaxBodyBytes, BytesPerToken: s.cfg.BytesPerToken})
-		s.bodies.read(paced)
+		paced.whole.Store(true) // arrived or failed: no longer cut to make room
 		defer func() {
 			*bufp = body[:0]
 			bodyBuffers.put(bufp)

@@ -47,6 +47,8 @@ type pacedBody struct {
 	// and a deadline of now, and a read never sets a later one after it.
 	mu  sync.Mutex
 	cut atomic.Bool
+	// whole: the body has arrived (or failed); it is never cut then.
+	whole atomic.Bool
 }
 
 // deadline is when the next read must have returned.
@@ -126,17 +128,12 @@ type bodyLedger struct {
 	budget, perClient int64
 	mu                sync.Mutex
 	total             int64
-	clients           map[string]*clientBodies
-}
-
-// clientBodies is what one client holds.
-type clientBodies struct {
-	held    int64
-	reading map[*pacedBody]struct{} // uploads in progress: what may be cut
+	byClient          map[string]int64        // what each client holds
+	bodies            map[*pacedBody]struct{} // every body charged: what may be cut, unless whole
 }
 
 func newBodyLedger(budget, perClient int) *bodyLedger {
-	return &bodyLedger{budget: int64(budget), perClient: int64(perClient), clients: map[string]*clientBodies{}}
+	return &bodyLedger{budget: int64(budget), perClient: int64(perClient), byClient: map[string]int64{}, bodies: map[*pacedBody]struct{}{}}
 }
 
 // The refusals of a body the proxy has no room to hold.
@@ -163,23 +160,15 @@ func (l *bodyLedger) cover(p *pacedBody, want int64) *apierr.Error {
 	if n <= 0 {
 		return nil
 	}
-	c := l.clients[p.client]
-	var held int64
-	if c != nil {
-		held = c.held
-	}
+	held := l.byClient[p.client]
 	if held+n > l.perClient {
 		return errClientBodyBudget
 	}
 	if over := l.total + n - l.budget; over > 0 && !l.makeRoom(p.client, held+n, over) {
 		return errBodyBudget
 	}
-	if c == nil {
-		c = &clientBodies{reading: map[*pacedBody]struct{}{}}
-		l.clients[p.client] = c
-	}
-	c.held += n
-	c.reading[p] = struct{}{}
+	l.byClient[p.client] = held + n
+	l.bodies[p] = struct{}{}
 	l.total += n
 	p.charged.Add(n)
 	return nil
@@ -190,50 +179,43 @@ func (l *bodyLedger) cover(p *pacedBody, want int64) *apierr.Error {
 // (see bodyLedger). It cuts nothing and says false unless client stays
 // within its share and the cuts free enough.
 func (l *bodyLedger) makeRoom(client string, wouldHold, need int64) bool {
-	holders := int64(len(l.clients))
-	if _, ok := l.clients[client]; !ok {
+	holders := int64(len(l.byClient))
+	if _, ok := l.byClient[client]; !ok {
 		holders++
 	}
 	share := l.budget / holders
 	if wouldHold > share {
 		return false
 	}
-	type candidate struct {
-		body   *pacedBody
-		holder *clientBodies
-	}
-	var candidates []candidate
-	for name, c := range l.clients {
-		if name == client || c.held <= share {
-			continue
-		}
-		for b := range c.reading {
-			candidates = append(candidates, candidate{b, c})
+	var candidates []*pacedBody
+	for b := range l.bodies {
+		if b.client != client && !b.whole.Load() && l.byClient[b.client] > share {
+			candidates = append(candidates, b)
 		}
 	}
-	slices.SortFunc(candidates, func(a, b candidate) int {
-		if c := cmp.Compare(b.holder.held, a.holder.held); c != 0 {
+	slices.SortFunc(candidates, func(a, b *pacedBody) int { // the largest holder's largest body first
+		if c := cmp.Compare(l.byClient[b.client], l.byClient[a.client]); c != 0 {
 			return c
 		}
-		return cmp.Compare(b.body.charged.Load(), a.body.charged.Load())
+		return cmp.Compare(b.charged.Load(), a.charged.Load())
 	})
-	left := map[*clientBodies]int64{} // what each holder would keep
+	kept := map[string]int64{} // what each holder would keep
 	var cuts []*pacedBody
 	var freed int64
-	for _, cand := range candidates {
+	for _, b := range candidates {
 		if freed >= need {
 			break
 		}
-		kept, ok := left[cand.holder]
+		left, ok := kept[b.client]
 		if !ok {
-			kept = cand.holder.held
+			left = l.byClient[b.client]
 		}
-		if kept <= share {
+		if left <= share {
 			continue
 		}
-		charged := cand.body.charged.Load()
-		left[cand.holder] = kept - charged
-		cuts = append(cuts, cand.body)
+		charged := b.charged.Load()
+		kept[b.client] = left - charged
+		cuts = append(cuts, b)
 		freed += charged
 	}
 	if freed < need {
@@ -251,30 +233,20 @@ func (l *bodyLedger) makeRoom(client string, wouldHold, need int64) bool {
 func (l *bodyLedger) uncount(b *pacedBody) {
 	charged := b.charged.Swap(0)
 	l.total -= charged
-	c := l.clients[b.client]
-	if c == nil {
-		return
-	}
-	c.held -= charged
-	delete(c.reading, b)
-	if c.held <= 0 && len(c.reading) == 0 {
-		delete(l.clients, b.client)
-	}
-}
-
-// read says p's body is no longer arriving (whole, or failed): it is not
-// cut to make room any more.
-func (l *bodyLedger) read(p *pacedBody) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if c := l.clients[p.client]; c != nil {
-		delete(c.reading, p)
+	delete(l.bodies, b)
+	if held := l.byClient[b.client] - charged; held > 0 {
+		l.byClient[b.client] = held
+	} else {
+		delete(l.byClient, b.client)
 	}
 }
 
 // release gives back what p counted against the budgets, when its request
 // ends (the body is held until then: retries resend it).
 func (l *bodyLedger) release(p *pacedBody) {
+	if p.charged.Load() == 0 {
+		return // nothing charged, or cut (and uncounted then)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.uncount(p)
